@@ -1,0 +1,70 @@
+"""Fixtures shared by every test folder: real Gitea payloads and the Redis backends."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import pytest
+from redis.asyncio import Redis
+
+from tests.redis_server import RedisServer
+
+DATA = Path(__file__).parent / "data" / "gitea"
+SECRET = "gitea-webhook-test-secret"
+
+
+@dataclass(frozen=True)
+class RecordedDelivery:
+    """One of Gitea's example deliveries: the exact body bytes and the headers Gitea sends."""
+
+    name: str
+    body: bytes
+    headers: dict[str, str]
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def load_deliveries() -> list[RecordedDelivery]:
+    """Every delivery in tests/data/gitea/webhooks/deliveries.json."""
+    index = json.loads((DATA / "webhooks" / "deliveries.json").read_text())
+    return [
+        RecordedDelivery(
+            name=d["body_file"],
+            body=(DATA / "webhooks" / d["body_file"]).read_bytes(),
+            headers=dict(d["headers"]),
+        )
+        for d in index["deliveries"]
+    ]
+
+
+@pytest.fixture(scope="session")
+def deliveries() -> dict[str, RecordedDelivery]:
+    return {d.name: d for d in load_deliveries()}
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["fakeredis", "redis-server"])
+async def redis(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
+    """An empty Redis: fakeredis (with Lua), and a real redis-server."""
+    if request.param == "fakeredis":
+        client: Redis = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        client = Redis.from_url(server.url)
+    await client.flushall()
+    yield client
+    await client.aclose()

@@ -1,0 +1,171 @@
+"""The receiver through aiohttp's test client, on fakeredis and on a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from prometheus_client import CollectorRegistry
+from redis.asyncio import Redis
+
+from tests.conftest import SECRET, RecordedDelivery
+from tests.jobs import payload, signed
+from tests.redis_server import RedisServer
+from webhook_scaler.app import create_app
+from webhook_scaler.queue import ALL, JobStore
+from webhook_scaler.settings import Settings
+
+Client = TestClient[web.Request, web.Application]
+MakeClient = Callable[[web.Application], Awaitable[Client]]
+
+
+def settings(**kw: Any) -> Settings:
+    return Settings(webhook_secrets=[SECRET], **kw)
+
+
+@pytest.fixture
+async def client(aiohttp_client: MakeClient, redis: Redis) -> Client:
+    return await aiohttp_client(create_app(settings(), redis=redis, registry=CollectorRegistry()))
+
+
+async def post(client: Client, body: dict[str, Any], **kw: Any) -> Any:
+    raw, headers = signed(body, secret=SECRET, **kw)
+    return await client.post("/webhook", data=raw, headers=headers)
+
+
+async def test_real_deliveries_are_recorded(
+    client: Client, redis: Redis, deliveries: dict[str, RecordedDelivery]
+) -> None:
+    d = deliveries["01-queued.json"]
+    resp = await client.post("/webhook", data=d.body, headers=d.headers)
+    assert resp.status == 200
+    assert await resp.json() == {"outcome": "applied", "job_id": 101, "state": "queued"}
+    assert [j.job_id for j in await JobStore(redis).queued(ALL)] == [101]
+    again = await client.post("/webhook", data=d.body, headers=d.headers)
+    assert (again.status, (await again.json())["outcome"]) == (200, "duplicate")
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param({"X-Gitea-Event": "workflow_job"}, id="missing"),
+        pytest.param({"X-Gitea-Event": "workflow_job", "X-Gitea-Signature": "00" * 32}, id="bad"),
+        pytest.param({"X-Gitea-Event": "workflow_job", "X-Hub-Signature": "sha1=00"}, id="sha1-only"),
+    ],
+)
+async def test_bad_signature_is_401_and_writes_nothing(client: Client, redis: Redis, headers: dict[str, str]) -> None:
+    resp = await client.post("/webhook", data=json.dumps(payload("queued")).encode(), headers=headers)
+    assert resp.status == 401
+    assert await redis.dbsize() == 0
+    metrics = await (await client.get("/metrics")).text()
+    assert "grs_webhook_signature_failures_total" in metrics
+
+
+async def test_malformed_json_is_400_and_writes_nothing(client: Client, redis: Redis) -> None:
+    body = b'{"action": "queued", '
+    import hashlib
+    import hmac
+
+    sig = hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    resp = await client.post("/webhook", data=body, headers={"X-Gitea-Event": "workflow_job", "X-Gitea-Signature": sig})
+    assert resp.status == 400
+    assert "error" in await resp.json()
+    assert await redis.dbsize() == 0
+
+
+async def test_payload_that_does_not_fit_is_400(client: Client, redis: Redis) -> None:
+    body = payload("queued")
+    del body["workflow_job"]["id"]
+    resp = await post(client, body)
+    assert resp.status == 400
+    assert await redis.dbsize() == 0
+
+
+async def test_oversized_body_is_413_before_reading(aiohttp_client: MakeClient, redis: Redis) -> None:
+    client = await aiohttp_client(create_app(settings(max_body_bytes=2048), redis=redis, registry=CollectorRegistry()))
+    big = b"x" * 10_000
+    resp = await client.post("/webhook", data=big, headers={"X-Gitea-Event": "workflow_job"})
+    assert resp.status == 413
+
+    async def chunks() -> Any:  # no Content-Length: the limit holds while streaming
+        for _ in range(10):
+            yield b"y" * 1000
+
+    resp = await client.post("/webhook", data=chunks(), headers={"X-Gitea-Event": "workflow_job"})
+    assert resp.status == 413
+    assert await redis.dbsize() == 0
+
+
+async def test_ping_and_other_events_are_acknowledged(client: Client, redis: Redis) -> None:
+    import hashlib
+    import hmac
+
+    body = b'{"hook_id": 1}'
+    sig = hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    for event in ("ping", "push"):
+        resp = await client.post("/webhook", data=body, headers={"X-Gitea-Event": event, "X-Gitea-Signature": sig})
+        assert resp.status == 200 and (await resp.json())["outcome"] == "ignored"
+    assert await redis.dbsize() == 0
+
+
+async def test_completed_before_queued(client: Client, redis: Redis) -> None:
+    assert (await post(client, payload("completed"))).status == 200
+    resp = await post(client, payload("queued"))
+    assert (await resp.json())["outcome"] == "stale"
+    assert await JobStore(redis).queued(ALL) == []
+
+
+async def test_200_concurrent_deliveries_leave_200_queued(client: Client, redis: Redis) -> None:
+    bodies = [payload("queued", job_id=1000 + i) for i in range(200)]
+    responses = await asyncio.gather(*(post(client, b) for b in bodies))
+    assert [r.status for r in responses] == [200] * 200
+    queued = await JobStore(redis).queued(ALL)
+    assert sorted(j.job_id for j in queued) == list(range(1000, 1200))
+
+
+async def test_health_readiness_and_metrics(client: Client) -> None:
+    assert (await client.get("/healthz")).status == 200
+    assert (await client.get("/readyz")).status == 200
+    await post(client, payload("queued"))
+    text = await (await client.get("/metrics")).text()
+    assert 'grs_webhook_deliveries_total{event="workflow_job",outcome="applied"} 1.0' in text
+    assert 'grs_webhook_jobs_recorded_total{state="queued"} 1.0' in text
+    assert "grs_webhook_redis_write_duration_seconds_bucket" in text
+    assert "grs_webhook_request_duration_seconds_count" in text
+
+
+async def test_redis_down_gives_503_then_recovers(aiohttp_client: MakeClient, tmp_path: Path) -> None:
+    server = RedisServer(tmp_path)
+    server.start()
+    redis = Redis.from_url(server.url, socket_timeout=1, socket_connect_timeout=1)
+    try:
+        client = await aiohttp_client(
+            create_app(settings(redis_timeout=1.0), redis=redis, registry=CollectorRegistry())
+        )
+        assert (await post(client, payload("queued", job_id=1))).status == 200
+        server.stop()
+        down = await post(client, payload("queued", job_id=2))
+        assert down.status == 503
+        assert down.headers["Retry-After"]
+        assert (await client.get("/readyz")).status == 503
+        server.start()  # same port, same AOF: what was acknowledged is still there
+        assert (await post(client, payload("queued", job_id=3))).status == 200
+        assert (await client.get("/readyz")).status == 200
+        assert sorted(j.job_id for j in await JobStore(redis).queued(ALL)) == [1, 3]
+    finally:
+        await redis.aclose()
+        server.stop()
+
+
+async def test_custom_webhook_path(aiohttp_client: MakeClient, redis: Redis) -> None:
+    app = create_app(settings(webhook_path="/hooks/gitea"), redis=redis, registry=CollectorRegistry())
+    client = await aiohttp_client(app)
+    raw, headers = signed(payload("queued"), secret=SECRET)
+    assert (await client.post("/hooks/gitea", data=raw, headers=headers)).status == 200
+    assert (await client.post("/webhook", data=raw, headers=headers)).status in (404, 405)

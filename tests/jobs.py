@@ -1,0 +1,72 @@
+"""Builders of Gitea job payloads for tests: the real example delivery with chosen fields changed."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import hmac
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+from webhook_scaler.gitea import WorkflowJobPayload
+
+_DATA = Path(__file__).parent / "data" / "gitea" / "webhooks"
+_TEMPLATES = {
+    "queued": "01-queued.json",
+    "waiting": "02-waiting.json",
+    "in_progress": "03-in_progress.json",
+    "completed": "04-completed-success.json",
+}
+
+
+def payload(
+    status: str,
+    *,
+    job_id: int = 101,
+    attempt: int | None = None,
+    labels: list[str] | None = None,
+    repo: str = "acme/widgets",
+    picked: bool | None = None,
+) -> dict[str, Any]:
+    """A `workflow_job` payload dict in Gitea's shape for the given status."""
+    body: dict[str, Any] = copy.deepcopy(json.loads((_DATA / _TEMPLATES[status]).read_text()))
+    job = body["workflow_job"]
+    job["id"] = job_id
+    owner, name = repo.split("/")
+    job["url"] = f"https://gitea.example.com/api/v1/repos/{owner}/{name}/actions/jobs/{job_id}"
+    body["repository"]["full_name"] = repo
+    body["repository"]["name"] = name
+    body["repository"]["owner"]["login"] = owner
+    if attempt is not None:
+        job["run_attempt"] = attempt
+    if labels is not None:
+        job["labels"] = labels
+    if picked is False:  # a completed event of a job no runner took: cancelled or skipped
+        for key in ("runner_id", "runner_name"):
+            job.pop(key, None)
+        job["steps"] = None
+        job["started_at"] = "1970-01-01T00:00:00Z"
+        job["conclusion"] = "cancelled"
+    return body
+
+
+def model(status: str, **kw: Any) -> WorkflowJobPayload:
+    """The same, parsed."""
+    return WorkflowJobPayload.model_validate(payload(status, **kw))
+
+
+def signed(body: dict[str, Any], *, secret: str, delivery_id: str | None = None) -> tuple[bytes, dict[str, str]]:
+    """Bytes and headers as Gitea sends them (2-space JSON, no trailing newline)."""
+    raw = json.dumps(body, indent=2).encode()
+    signature = hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
+    headers = {
+        "Content-Type": "application/json",
+        "X-Gitea-Event": "workflow_job",
+        "X-Gitea-Event-Type": "workflow_job",
+        "X-Gitea-Delivery": delivery_id or str(uuid.uuid4()),
+        "X-Gitea-Signature": signature,
+        "X-Hub-Signature-256": "sha256=" + signature,
+    }
+    return raw, headers

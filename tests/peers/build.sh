@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Builds the real peers the tests talk to, from their Go modules, with this machine's Go and module
+# proxy, and caches the binaries outside the repository, keyed by version.
+#
+#   tests/peers/build.sh [PEER...]     PEER: etcd kube (kube-apiserver + kube-controller-manager)
+#                                           gitea helm kubeconform; default: all of them
+#
+# Prints the cache folder on its last line. A warm cache makes this a no-op.
+set -euo pipefail
+
+ETCD_VERSION=${ETCD_VERSION:-v3.6.8}
+KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
+GITEA_VERSION=${GITEA_VERSION:-v1.26.0}
+HELM_VERSION=${HELM_VERSION:-v3.20.2}
+KUBECONFORM_VERSION=${KUBECONFORM_VERSION:-v0.7.0}
+
+CACHE=${GRS_PEERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gitea-runner-scaler/peers}
+BIN=$CACHE/bin
+mkdir -p "$BIN" "$CACHE/src"
+export GOFLAGS="-buildvcs=false -trimpath" GOWORK=off CGO_ENABLED=${CGO_ENABLED:-1}
+
+say() { printf '[peers] %s\n' "$*" >&2; }
+
+# Unpacks a module into a writable folder of ours, so that its go.mod can be edited.
+module_dir() {
+  local mod=$1 ver=$2 dst=$CACHE/src/${1//\//_}@$2
+  if [ ! -f "$dst/.complete" ]; then
+    local dir
+    dir=$(go mod download -json "$mod@$ver" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+    rm -rf "$dst"
+    cp -r "$dir" "$dst"
+    chmod -R u+w "$dst"
+    touch "$dst/.complete"
+  fi
+  printf '%s\n' "$dst"
+}
+
+have() { [ -x "$BIN/$1" ]; }
+
+build_etcd() {
+  have "etcd-$ETCD_VERSION" && return
+  say "building etcd $ETCD_VERSION (about 2 minutes cold)"
+  local dir
+  dir=$(module_dir go.etcd.io/etcd/server/v3 "$ETCD_VERSION")
+  (
+    cd "$dir"
+    # The module's replace directives point at sibling folders the zip lacks: use the published modules.
+    for r in $(go mod edit -json | python3 -c 'import json,sys; print(" ".join(r["Old"]["Path"] for r in json.load(sys.stdin).get("Replace") or [] if r["New"]["Path"].startswith("../")))'); do
+      go mod edit -dropreplace="$r" -require="$r@$ETCD_VERSION"
+    done
+    go build -mod=mod -o "$BIN/etcd-$ETCD_VERSION.tmp" .
+  )
+  mv "$BIN/etcd-$ETCD_VERSION.tmp" "$BIN/etcd-$ETCD_VERSION"
+}
+
+build_kube() {
+  have "kube-apiserver-$KUBE_VERSION" && have "kube-controller-manager-$KUBE_VERSION" && return
+  say "building kube-apiserver and kube-controller-manager $KUBE_VERSION (about 8 minutes cold)"
+  local dir staging
+  dir=$(module_dir k8s.io/kubernetes "$KUBE_VERSION")
+  staging="v0.${KUBE_VERSION#v1.}"
+  (
+    cd "$dir"
+    # go.mod replaces every k8s.io staging module with ./staging/src/..., which the module zip lacks.
+    for r in $(go mod edit -json | python3 -c 'import json,sys; print(" ".join(r["Old"]["Path"] for r in json.load(sys.stdin).get("Replace") or [] if r["New"]["Path"].startswith("./staging")))'); do
+      go mod edit -replace="$r=$r@$staging"
+    done
+    go build -mod=mod -o "$BIN/kube-apiserver-$KUBE_VERSION.tmp" ./cmd/kube-apiserver
+    go build -mod=mod -o "$BIN/kube-controller-manager-$KUBE_VERSION.tmp" ./cmd/kube-controller-manager
+  )
+  mv "$BIN/kube-apiserver-$KUBE_VERSION.tmp" "$BIN/kube-apiserver-$KUBE_VERSION"
+  mv "$BIN/kube-controller-manager-$KUBE_VERSION.tmp" "$BIN/kube-controller-manager-$KUBE_VERSION"
+}
+
+build_gitea() {
+  have "gitea-$GITEA_VERSION" && return
+  say "building gitea $GITEA_VERSION with sqlite (about 8 minutes cold)"
+  local dir
+  dir=$(module_dir code.gitea.io/gitea "$GITEA_VERSION")
+  (
+    cd "$dir"
+    go build -mod=mod -tags 'sqlite sqlite_unlock_notify' \
+      -ldflags "-X main.Version=${GITEA_VERSION#v}" -o "$BIN/gitea-$GITEA_VERSION.tmp" .
+  )
+  mv "$BIN/gitea-$GITEA_VERSION.tmp" "$BIN/gitea-$GITEA_VERSION"
+  # Gitea reads its templates, options and public files from its work path when built without bindata.
+  rm -rf "$CACHE/gitea-$GITEA_VERSION-share"
+  mkdir -p "$CACHE/gitea-$GITEA_VERSION-share"
+  cp -r "$dir/templates" "$dir/options" "$dir/public" "$CACHE/gitea-$GITEA_VERSION-share/"
+}
+
+build_go_install() {
+  local name=$1 pkg=$2 ver=$3
+  have "$name-$ver" && return
+  say "building $name $ver"
+  GOBIN="$CACHE/gobin-$name" go install "$pkg@$ver"
+  mv "$CACHE/gobin-$name/$name" "$BIN/$name-$ver"
+}
+
+peers=("$@")
+[ ${#peers[@]} -gt 0 ] || peers=(etcd kube gitea helm kubeconform)
+for p in "${peers[@]}"; do
+  case $p in
+    etcd) build_etcd ;;
+    kube) build_kube ;;
+    gitea) build_gitea ;;
+    helm) build_go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" ;;
+    kubeconform) build_go_install kubeconform github.com/yannh/kubeconform/cmd/kubeconform "$KUBECONFORM_VERSION" ;;
+    *) say "unknown peer: $p"; exit 2 ;;
+  esac
+done
+printf '%s\n' "$BIN"

@@ -1,0 +1,167 @@
+"""delivery.py: Gitea's real deliveries verify and parse; anything tampered with is refused."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from urllib.parse import quote
+
+import pytest
+
+from tests.conftest import SECRET, RecordedDelivery, load_deliveries
+from webhook_scaler import delivery
+from webhook_scaler.gitea import JobStatus, WorkflowJobPayload
+
+KEY = SECRET.encode()
+ALL = load_deliveries()
+SIG_HEADERS = ("X-Gitea-Signature", "X-Gogs-Signature", "X-Hub-Signature", "X-Hub-Signature-256")
+
+
+def without(headers: dict[str, str], *names: str) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k not in names}
+
+
+@pytest.mark.parametrize("d", ALL, ids=lambda d: d.name)
+def test_every_real_delivery_verifies_and_parses(d: RecordedDelivery) -> None:
+    parsed = delivery.parse(d.body, headers=d.headers, secrets=[KEY])
+    assert parsed.event == "workflow_job"
+    assert parsed.delivery_id == d.headers["X-Gitea-Delivery"]
+    assert parsed.payload is not None
+    assert parsed.payload.workflow_job.id == d.json["workflow_job"]["id"]
+    assert parsed.payload.action.value == d.json["action"]
+    assert parsed.payload.repository.full_name == d.json["repository"]["full_name"]
+
+
+def test_version_quirks_are_tolerated(deliveries: dict[str, RecordedDelivery]) -> None:
+    def job(name: str) -> WorkflowJobPayload:
+        d = deliveries[name]
+        p = delivery.parse(d.body, headers=d.headers, secrets=[KEY]).payload
+        assert p is not None
+        return p
+
+    queued = job("01-queued.json").workflow_job
+    assert queued.steps == () and queued.started_at is None and queued.completed_at is None
+    assert not queued.was_picked
+    assert queued.repo_full_name == "acme/widgets"
+    done = job("04-completed-success.json").workflow_job
+    assert done.runner_name is None and done.runner_id and done.was_picked
+    cancelled = job("06-completed-cancelled-never-picked.json")
+    assert cancelled.workflow_job.head_branch == "feature/x"
+    assert not cancelled.workflow_job.was_picked
+    assert job("02-waiting.json").action is JobStatus.WAITING
+
+
+def test_skipped_job_without_conclusion_as_gitea_1_24_sends(deliveries: dict[str, RecordedDelivery]) -> None:
+    d = deliveries["05-completed-skipped.json"]
+    body = d.body.replace(b'"conclusion": "skipped",\n', b"")
+    assert body != d.body
+    headers = {"X-Gitea-Event": "workflow_job", "X-Gitea-Signature": hmac.new(KEY, body, "sha256").hexdigest()}
+    parsed = delivery.parse(body, headers=headers, secrets=[KEY])
+    assert parsed.payload is not None and parsed.payload.workflow_job.conclusion is None
+
+
+def sign(body: bytes, key: bytes = KEY) -> str:
+    return hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "error"),
+    [
+        pytest.param(lambda b, h: (b.replace(b"widgets", b"gadgets"), h), delivery.SignatureError, id="tampered-body"),
+        pytest.param(lambda b, h: (b[:-10], h), delivery.SignatureError, id="truncated-body"),
+        pytest.param(
+            lambda b, h: (b, {**without(h, *SIG_HEADERS), "X-Gitea-Signature": sign(b, b"wrong")}),
+            delivery.SignatureError,
+            id="wrong-secret",
+        ),
+        pytest.param(lambda b, h: (b, without(h, *SIG_HEADERS)), delivery.MissingSignatureError, id="no-signature"),
+        pytest.param(
+            lambda b, h: (b, without(h, "X-Gitea-Signature", "X-Gogs-Signature", "X-Hub-Signature-256")),
+            delivery.MissingSignatureError,
+            id="sha1-only",
+        ),
+        pytest.param(
+            lambda b, h: (b, {**h, "X-Gitea-Signature": "", "X-Hub-Signature-256": "sha256="}),
+            delivery.MissingSignatureError,
+            id="empty-signatures-as-sent-without-secret",
+        ),
+        pytest.param(lambda b, h: (b, {**h, "X-Gitea-Signature": "zz" * 32}), delivery.SignatureError, id="not-hex"),
+        pytest.param(
+            lambda b, h: (b, {**without(h, "X-Gitea-Signature"), "X-Hub-Signature-256": sign(b)}),
+            delivery.SignatureError,
+            id="hub-signature-without-prefix",
+        ),
+    ],
+)
+def test_bad_signatures_are_refused(
+    mutate: object, error: type[Exception], deliveries: dict[str, RecordedDelivery]
+) -> None:
+    d = deliveries["01-queued.json"]
+    body, headers = mutate(d.body, dict(d.headers))  # type: ignore[operator]
+    with pytest.raises(error):
+        delivery.parse(body, headers=headers, secrets=[KEY])
+
+
+def test_hub_signature_256_alone_is_accepted(deliveries: dict[str, RecordedDelivery]) -> None:
+    d = deliveries["03-in_progress.json"]
+    headers = without(d.headers, "X-Gitea-Signature", "X-Gogs-Signature", "X-Hub-Signature")
+    assert delivery.parse(d.body, headers=headers, secrets=[KEY]).payload is not None
+
+
+def test_any_of_several_secrets_verifies(deliveries: dict[str, RecordedDelivery]) -> None:
+    d = deliveries["01-queued.json"]
+    assert delivery.parse(d.body, headers=d.headers, secrets=[b"old", KEY]).payload is not None
+    with pytest.raises(delivery.SignatureError):
+        delivery.parse(d.body, headers=d.headers, secrets=[b"old", b"other"])
+
+
+def test_header_names_are_case_insensitive(deliveries: dict[str, RecordedDelivery]) -> None:
+    d = deliveries["01-queued.json"]
+    lowered = {k.lower(): v for k, v in d.headers.items()}
+    assert delivery.parse(d.body, headers=lowered, secrets=[KEY]).delivery_id == d.headers["X-Gitea-Delivery"]
+
+
+def test_form_content_type_is_verified_over_the_json(deliveries: dict[str, RecordedDelivery]) -> None:
+    d = deliveries["01-queued.json"]
+    form = b"payload=" + quote(d.body.decode(), safe="").encode()
+    headers = {**d.headers, "Content-Type": "application/x-www-form-urlencoded"}
+    parsed = delivery.parse(form, headers=headers, secrets=[KEY])
+    assert parsed.payload is not None and parsed.payload.workflow_job.id == 101
+    with pytest.raises(delivery.PayloadError):
+        delivery.parse(b"nopayload=1", headers=headers, secrets=[KEY])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"{not json", id="not-json"),
+        pytest.param(b'{"action": "queued"}', id="missing-fields"),
+        pytest.param(b'{"action": "exploded", "workflow_job": {}, "repository": {}}', id="unknown-action"),
+        pytest.param(b"\xff\xfe", id="not-utf8"),
+    ],
+)
+def test_malformed_payloads_are_payload_errors(body: bytes) -> None:
+    headers = {"X-Gitea-Event": "workflow_job", "X-Gitea-Signature": sign(body)}
+    with pytest.raises(delivery.PayloadError):
+        delivery.parse(body, headers=headers, secrets=[KEY])
+
+
+def test_other_events_are_verified_but_carry_no_payload() -> None:
+    body = b'{"zen": "hi"}'
+    parsed = delivery.parse(body, headers={"X-Gitea-Event": "ping", "X-Gitea-Signature": sign(body)}, secrets=[KEY])
+    assert parsed.event == "ping" and parsed.payload is None
+    with pytest.raises(delivery.SignatureError):
+        delivery.parse(body, headers={"X-Gitea-Event": "ping", "X-Gitea-Signature": sign(b"x")}, secrets=[KEY])
+
+
+def test_missing_event_header_is_a_payload_error(deliveries: dict[str, RecordedDelivery]) -> None:
+    d = deliveries["01-queued.json"]
+    headers = {"X-Gitea-Signature": d.headers["X-Gitea-Signature"]}
+    with pytest.raises(delivery.PayloadError):
+        delivery.parse(d.body, headers=headers, secrets=[KEY])
+
+
+def test_no_secrets_configured_accepts_unsigned(deliveries: dict[str, RecordedDelivery]) -> None:
+    d = deliveries["01-queued.json"]
+    headers = without(d.headers, *SIG_HEADERS)
+    assert delivery.parse(d.body, headers=headers, secrets=[]).payload is not None

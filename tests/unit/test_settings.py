@@ -1,0 +1,48 @@
+"""Settings: refuse to start without a secret, read secrets from files, never print them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from webhook_scaler.config import ConfigError
+from webhook_scaler.settings import from_env
+
+
+def test_no_secret_refuses_to_start() -> None:
+    with pytest.raises(ConfigError, match="GRS_WEBHOOK_SECRET"):
+        from_env({})
+
+
+def test_explicit_insecure_mode_starts_without_secret() -> None:
+    s = from_env({"GRS_INSECURE_ACCEPT_UNSIGNED_WEBHOOKS": "true"})
+    assert s.secret_bytes == ()
+
+
+def test_secrets_from_a_mounted_file_one_per_line(tmp_path: Path) -> None:
+    f = tmp_path / "secrets"
+    f.write_text("first-secret\n\nsecond-secret\n")
+    s = from_env({"GRS_WEBHOOK_SECRET_FILE": str(f), "GRS_REDIS_PASSWORD": "pw"})
+    assert s.secret_bytes == (b"first-secret", b"second-secret")
+    assert "first-secret" not in repr(s) and "pw" not in repr(s)
+
+
+def test_unreadable_secret_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="GRS_WEBHOOK_SECRET_FILE"):
+        from_env({"GRS_WEBHOOK_SECRET_FILE": str(tmp_path / "missing")})
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        pytest.param({"GRS_LISTEN_PORT": "0"}, "GRS_LISTEN_PORT", id="port"),
+        pytest.param({"GRS_MAX_BODY_BYTES": "lots"}, "GRS_MAX_BODY_BYTES", id="body-limit"),
+        pytest.param({"GRS_REDIS_PREFIX": "a b"}, "GRS_REDIS_PREFIX", id="prefix"),
+        pytest.param({"GRS_WEBHOOK_PATH": "nope"}, "GRS_WEBHOOK_PATH", id="path"),
+    ],
+)
+def test_bad_values_name_their_variable(env: dict[str, str], names: str) -> None:
+    with pytest.raises(ConfigError, match=names) as err:
+        from_env({"GRS_WEBHOOK_SECRET": "s3cret-value", **env})
+    assert "s3cret-value" not in str(err.value)

@@ -1,0 +1,54 @@
+"""Entry point of the receiver process: `webhook-scaler` (settings from `GRS_*` variables)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from webhook_scaler import logs
+from webhook_scaler.app import create_app
+from webhook_scaler.config import ConfigError
+from webhook_scaler.queue import connect
+from webhook_scaler.settings import from_env
+
+log = logging.getLogger("webhook_scaler")
+
+
+def main() -> None:
+    """Parse settings, refuse to start on bad config, then serve until SIGTERM."""
+    try:
+        settings = from_env(os.environ)
+    except ConfigError as exc:
+        print(f"webhook-scaler: invalid configuration: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    logs.setup(level=settings.log_level, fmt=settings.log_format)
+    if settings.insecure_accept_unsigned_webhooks and not settings.webhook_secrets:
+        log.warning("INSECURE: accepting unsigned webhook deliveries (GRS_INSECURE_ACCEPT_UNSIGNED_WEBHOOKS)")
+    password = settings.redis_password.get_secret_value() if settings.redis_password else None
+    redis = connect(settings.redis_url, password=password, timeout=settings.redis_timeout)
+    app = create_app(settings, redis=redis, registry=CollectorRegistry())
+
+    async def close_redis(_: web.Application) -> None:
+        await redis.aclose()
+
+    app.on_cleanup.append(close_redis)
+    log.info(
+        "webhook-scaler listening",
+        extra={"host": settings.listen_host, "port": settings.listen_port, "path": settings.webhook_path},
+    )
+    web.run_app(
+        app,
+        host=settings.listen_host,
+        port=settings.listen_port,
+        shutdown_timeout=settings.shutdown_timeout,
+        access_log=None,
+        print=None,
+    )
+
+
+if __name__ == "__main__":
+    main()

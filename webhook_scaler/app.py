@@ -1,0 +1,152 @@
+"""The receiver's aiohttp application: thin handlers over `delivery` (pure) and `queue` (Redis).
+
+Owns: routes, the body size limit, and the mapping of typed errors to HTTP statuses (401 signature,
+400 payload, 413 size, 503 Redis). Must not parse or verify payloads itself, nor format Redis keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from webhook_scaler import delivery
+from webhook_scaler.metrics import Metrics
+from webhook_scaler.queue import JobStore, JobUpdate, Outcome, Ttls
+from webhook_scaler.settings import Settings
+
+log = logging.getLogger(__name__)
+
+SETTINGS = web.AppKey("settings", Settings)
+STORE = web.AppKey("store", JobStore)
+METRICS = web.AppKey("metrics", Metrics)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
+STOPPING = web.AppKey("stopping", asyncio.Event)
+
+_REDIS_ERRORS = (RedisError, OSError, TimeoutError)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _json(code: int, **body: object) -> web.Response:
+    return web.json_response(body, status=code)
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise _TooLarge
+    body = bytearray()
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        body += chunk
+        if len(body) > limit:
+            raise _TooLarge
+    return bytes(body)
+
+
+async def webhook(request: web.Request) -> web.Response:
+    """Verify one delivery and record its job state in Redis before answering 2xx."""
+    started = time.perf_counter()
+    metrics = request.app[METRICS]
+    event = "unknown"
+    try:
+        response, event, outcome = await _handle(request)
+    except _TooLarge:
+        response, outcome = _json(413, error="body too large"), "too_large"
+    metrics.deliveries.labels(event=event, outcome=outcome).inc()
+    metrics.request_seconds.observe(time.perf_counter() - started)
+    return response
+
+
+async def _handle(request: web.Request) -> tuple[web.Response, str, str]:
+    settings, store, metrics = request.app[SETTINGS], request.app[STORE], request.app[METRICS]
+    body = await _read_body(request, settings.max_body_bytes)
+    try:
+        parsed = delivery.parse(body, headers=request.headers, secrets=settings.secret_bytes)
+    except delivery.SignatureError as exc:
+        metrics.signature_failures.labels(reason=exc.reason).inc()
+        log.info("webhook refused", extra={"reason": exc.reason, "remote": request.remote})
+        return _json(401, error=exc.message), "unknown", exc.reason
+    except delivery.PayloadError as exc:
+        log.info("webhook refused", extra={"reason": exc.reason, "detail": exc.message})
+        return _json(400, error=exc.message), "unknown", exc.reason
+    if parsed.payload is None:
+        return _json(200, outcome="ignored", event=parsed.event), parsed.event, "ignored"
+
+    update = JobUpdate.from_payload(parsed.payload)
+    written = time.perf_counter()
+    try:
+        result = await asyncio.wait_for(
+            store.record(update, now_ms=int(time.time() * 1000), delivery_id=parsed.delivery_id),
+            timeout=settings.redis_timeout,
+        )
+    except _REDIS_ERRORS as exc:
+        log.warning("redis unavailable", extra={"error": type(exc).__name__, "job_id": update.job_id})
+        response = _json(503, error="state store unavailable, not recorded")
+        response.headers["Retry-After"] = "5"
+        return response, parsed.event, "redis_unavailable"
+    metrics.redis_write_seconds.observe(time.perf_counter() - written)
+    if result.outcome is Outcome.APPLIED:
+        metrics.jobs_recorded.labels(state=update.state.value).inc()
+    log.debug(
+        "webhook recorded",
+        extra={
+            "delivery_id": parsed.delivery_id,
+            "job_id": update.job_id,
+            "action": update.state.value,
+            "outcome": result.outcome.value,
+            "previous": result.previous,
+        },
+    )
+    body_out = {"outcome": result.outcome.value, "job_id": update.job_id, "state": result.state}
+    return web.json_response(body_out), parsed.event, result.outcome.value
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the process serves requests."""
+    return _json(200, status="ok")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: not shutting down, and Redis answers."""
+    if request.app[STOPPING].is_set():
+        return _json(503, status="stopping")
+    try:
+        await asyncio.wait_for(request.app[STORE].ping(), timeout=request.app[SETTINGS].redis_timeout)
+    except _REDIS_ERRORS:
+        return _json(503, status="redis unavailable")
+    return _json(200, status="ready")
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    """Prometheus exposition of this process's registry."""
+    payload = generate_latest(request.app[REGISTRY])
+    return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _mark_stopping(app: web.Application) -> None:
+    app[STOPPING].set()
+
+
+def create_app(settings: Settings, *, redis: Redis, registry: CollectorRegistry) -> web.Application:
+    """Build the receiver application around an existing Redis client and metrics registry."""
+    # The handler enforces max_body_bytes itself while streaming; this is a backstop.
+    app = web.Application(client_max_size=settings.max_body_bytes + 1)
+    app[SETTINGS] = settings
+    app[REGISTRY] = registry
+    app[METRICS] = Metrics.create(registry)
+    ttls = Ttls(job=settings.job_ttl, completed=settings.completed_ttl, delivery=settings.delivery_ttl)
+    app[STORE] = JobStore(redis, prefix=settings.redis_prefix, ttls=ttls)
+    app[STOPPING] = asyncio.Event()
+    app.on_shutdown.append(_mark_stopping)
+    app.router.add_post(settings.webhook_path, webhook)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_endpoint)
+    return app

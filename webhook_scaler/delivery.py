@@ -1,0 +1,132 @@
+"""Verifies and parses one Gitea webhook delivery: bytes and headers in, a typed event or a typed error out.
+
+Owns: the signature check (hex HMAC-SHA256 of the raw body in `X-Gitea-Signature`, or `sha256=` in
+`X-Hub-Signature-256`; SHA-1 is never accepted), the event and delivery-id headers, the form-encoded
+variant, and parsing into `gitea` models. Must not do I/O, log, or know about HTTP status codes: the
+aiohttp handler maps the errors raised here to statuses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from urllib.parse import parse_qs
+
+from pydantic import ValidationError
+
+from webhook_scaler.gitea import WorkflowJobPayload
+
+WORKFLOW_JOB = "workflow_job"
+_FORM = "application/x-www-form-urlencoded"
+
+
+class DeliveryError(Exception):
+    """A delivery that must be refused; `reason` is a short constant safe to log and count."""
+
+    reason = "invalid"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class SignatureError(DeliveryError):
+    """The signature is missing, malformed, SHA-1 only, or made with none of our secrets."""
+
+    reason = "bad_signature"
+
+
+class MissingSignatureError(SignatureError):
+    """No SHA-256 signature header at all (an empty one counts as missing)."""
+
+    reason = "missing_signature"
+
+
+class PayloadError(DeliveryError):
+    """The body is not JSON, or not a payload of the shape its event promises."""
+
+    reason = "bad_payload"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A verified delivery of any event; `payload` is set for `workflow_job` only."""
+
+    event: str
+    delivery_id: str | None
+    payload: WorkflowJobPayload | None
+
+
+def header(headers: Mapping[str, str], name: str) -> str:
+    """The header's value, matching names case-insensitively ('' when absent)."""
+    value = headers.get(name)
+    if value is not None:
+        return value.strip()
+    lower = name.lower()
+    for key, val in headers.items():
+        if key.lower() == lower:
+            return val.strip()
+    return ""
+
+
+def signed_bytes(body: bytes, *, content_type: str) -> bytes:
+    """The bytes Gitea signs: the raw JSON, which the form content type wraps as `payload=`."""
+    if content_type.split(";", 1)[0].strip().lower() != _FORM:
+        return body
+    try:
+        form = parse_qs(body.decode("utf-8"), strict_parsing=True, max_num_fields=8)
+        (payload,) = form["payload"]
+    except (UnicodeDecodeError, ValueError, KeyError) as exc:
+        raise PayloadError("form body without a single payload field") from exc
+    return payload.encode("utf-8")
+
+
+def verify(payload: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes]) -> None:
+    """Raise SignatureError unless the SHA-256 signature was made over `payload` with one of `secrets`.
+
+    With no secrets configured (the explicitly insecure mode) every delivery is accepted.
+    """
+    if not secrets:
+        return
+    given = header(headers, "X-Gitea-Signature")
+    if not given:
+        hub = header(headers, "X-Hub-Signature-256")
+        if hub and not hub.startswith("sha256="):
+            raise SignatureError("X-Hub-Signature-256 must start with sha256=")
+        given = hub.removeprefix("sha256=")
+    if not given:
+        raise MissingSignatureError("no X-Gitea-Signature or X-Hub-Signature-256 (SHA-1 is not accepted)")
+    try:
+        given_bytes = bytes.fromhex(given)
+    except ValueError as exc:
+        raise SignatureError("signature is not hex") from exc
+    for secret in secrets:
+        expected = hmac.new(secret, payload, hashlib.sha256).digest()
+        if hmac.compare_digest(expected, given_bytes):
+            return
+    raise SignatureError("signature does not match")
+
+
+def parse(body: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes]) -> Delivery:
+    """Verify and parse a delivery; raise a DeliveryError subclass for anything to refuse."""
+    payload = signed_bytes(body, content_type=header(headers, "Content-Type"))
+    verify(payload, headers=headers, secrets=secrets)
+    event = header(headers, "X-Gitea-Event-Type") or header(headers, "X-Gitea-Event")
+    if not event:
+        raise PayloadError("no X-Gitea-Event or X-Gitea-Event-Type header")
+    delivery_id = header(headers, "X-Gitea-Delivery") or None
+    if event != WORKFLOW_JOB:
+        return Delivery(event=event, delivery_id=delivery_id, payload=None)
+    try:
+        data = json.loads(payload)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PayloadError("body is not valid JSON") from exc
+    try:
+        parsed = WorkflowJobPayload.model_validate(data)
+    except ValidationError as exc:
+        fields = ", ".join(".".join(str(p) for p in err["loc"]) for err in exc.errors()[:5])
+        raise PayloadError(f"workflow_job payload does not fit the model: {fields}") from exc
+    return Delivery(event=event, delivery_id=delivery_id, payload=parsed)

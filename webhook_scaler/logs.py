@@ -1,0 +1,46 @@
+"""Structured logging for both processes: one JSON object per line, fields from `extra=`.
+
+Must not format secrets: callers pass ids and reasons, never tokens, signatures or payloads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Literal
+
+_STANDARD = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    """Renders a record as JSON with its `extra=` fields at the top level."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as one JSON line."""
+        out: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                out[key] = value
+        if record.exc_info and record.exc_info[0] is not None:
+            out["error"] = record.exc_info[0].__name__
+            out["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def setup(*, level: str, fmt: Literal["json", "text"]) -> None:
+    """Configure the root logger once, in `main()`."""
+    handler = logging.StreamHandler()
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)

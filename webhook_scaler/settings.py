@@ -1,0 +1,89 @@
+"""The receiver's settings: every field documented, read once from `GRS_*` variables in `main()`.
+
+Must not create clients or be imported for a module-level singleton.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from webhook_scaler.config import load, read_secret
+
+
+class RedisSettings(BaseModel):
+    """How both processes reach Redis."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    redis_url: str = Field("redis://localhost:6379/0", description="Redis URL (redis:// or rediss://).")
+    redis_password: SecretStr | None = Field(
+        None, description="Redis password; prefer GRS_REDIS_PASSWORD_FILE or a secretKeyRef env."
+    )
+    redis_prefix: str = Field(
+        "grs", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Key prefix, so installations can share a Redis."
+    )
+    redis_timeout: float = Field(2.0, gt=0, description="Seconds before a Redis call counts as failed.")
+    job_ttl: int = Field(25 * 3600, ge=60, description="Seconds an unfinished job record lives.")
+    completed_ttl: int = Field(24 * 3600, ge=60, description="Seconds a finished job is remembered.")
+    delivery_ttl: int = Field(24 * 3600, ge=60, description="Seconds a delivery id is remembered.")
+
+
+class Settings(RedisSettings):
+    """The receiver process's settings."""
+
+    listen_host: str = Field("0.0.0.0", description="Address to listen on.")  # noqa: S104
+    listen_port: int = Field(8080, ge=1, le=65535, description="Port to listen on.")
+    webhook_path: str = Field("/webhook", pattern=r"^/[A-Za-z0-9/_.-]*$", description="Webhook route.")
+    webhook_secrets: tuple[SecretStr, ...] = Field(
+        (),
+        description=(
+            "Accepted webhook secrets, one per line in GRS_WEBHOOK_SECRET or the file named by "
+            "GRS_WEBHOOK_SECRET_FILE; several may be valid at once (rotation, one webhook per org)."
+        ),
+    )
+    insecure_accept_unsigned_webhooks: bool = Field(
+        False, description="Accept deliveries without any signature. For local experiments only."
+    )
+    max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Larger bodies get 413.")
+    shutdown_timeout: float = Field(10.0, ge=0, description="Seconds to finish requests on SIGTERM.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
+    log_format: Literal["json", "text"] = Field("json", description="Log format.")
+
+    @field_validator("webhook_secrets", mode="before")
+    @classmethod
+    def _split_lines(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(line.strip() for line in value.splitlines() if line.strip())
+        return value
+
+    @model_validator(mode="after")
+    def _secret_or_explicitly_insecure(self) -> Settings:
+        if not self.webhook_secrets and not self.insecure_accept_unsigned_webhooks:
+            raise ValueError(
+                "no webhook secret: set GRS_WEBHOOK_SECRET or GRS_WEBHOOK_SECRET_FILE "
+                "(or GRS_INSECURE_ACCEPT_UNSIGNED_WEBHOOKS=true to accept unsigned deliveries)"
+            )
+        return self
+
+    @property
+    def secret_bytes(self) -> tuple[bytes, ...]:
+        """The secrets as the HMAC wants them."""
+        return tuple(s.get_secret_value().encode("utf-8") for s in self.webhook_secrets)
+
+
+def redis_secret_overrides(environ: Mapping[str, str]) -> dict[str, object]:
+    """The Redis password, from its variable or its file."""
+    password = read_secret(environ, "redis_password")
+    return {"redis_password": password.strip()} if password else {}
+
+
+def from_env(environ: Mapping[str, str]) -> Settings:
+    """Parse the receiver's settings; raise ConfigError naming what is wrong."""
+    overrides = redis_secret_overrides(environ)
+    secrets = read_secret(environ, "webhook_secret")
+    if secrets:
+        overrides["webhook_secrets"] = secrets
+    return load(Settings, environ, **overrides)
