@@ -12,6 +12,8 @@ import fakeredis
 import pytest
 from redis.asyncio import Redis
 
+from reconciler.crd import crd
+from tests.kube_cluster import KubeCluster, apply_crd
 from tests.redis_server import RedisServer
 
 DATA = Path(__file__).parent / "data" / "gitea"
@@ -68,3 +70,15 @@ async def redis(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
     await client.flushall()
     yield client
     await client.aclose()
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """A real etcd + kube-apiserver with the RunnerGroup CRD applied, shared by the session."""
+    cluster = KubeCluster(tmp_path_factory.mktemp("kube"))
+    cluster.start()
+    try:
+        apply_crd(cluster, crd())
+        yield cluster
+    finally:
+        cluster.stop()

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import logging
-import os
-import sys
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from webhook_scaler import logs
 from webhook_scaler.app import create_app
-from webhook_scaler.config import ConfigError
+from webhook_scaler.config import parse_or_exit
 from webhook_scaler.queue import connect
 from webhook_scaler.settings import from_env
 
@@ -20,11 +18,7 @@ log = logging.getLogger("webhook_scaler")
 
 def main() -> None:
     """Parse settings, refuse to start on bad config, then serve until SIGTERM."""
-    try:
-        settings = from_env(os.environ)
-    except ConfigError as exc:
-        print(f"webhook-scaler: invalid configuration: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    settings = parse_or_exit(from_env, program="webhook-scaler")
     logs.setup(level=settings.log_level, fmt=settings.log_format)
     if settings.insecure_accept_unsigned_webhooks and not settings.webhook_secrets:
         log.warning("INSECURE: accepting unsigned webhook deliveries (GRS_INSECURE_ACCEPT_UNSIGNED_WEBHOOKS)")

@@ -7,7 +7,8 @@ one clear message. Must not hold settings itself: each process parses its own on
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -36,6 +37,15 @@ def read_secret(environ: Mapping[str, str], field: str) -> str | None:
         except OSError as exc:
             raise ConfigError(f"{name}_FILE: cannot read the file ({exc.strerror})") from exc
     return environ.get(name)
+
+
+def parse_or_exit(parse: Callable[[Mapping[str, str]], M], *, program: str) -> M:
+    """Parse settings from the environment in `main()`; on bad config, say why and exit 2."""
+    try:
+        return parse(os.environ)
+    except ConfigError as exc:
+        print(f"{program}: invalid configuration: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def load(model: type[M], environ: Mapping[str, str] | None = None, **overrides: object) -> M:

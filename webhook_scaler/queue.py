@@ -12,6 +12,9 @@ them in one slot and the scripts stay legal there.
 | `{p}:queued:owner:{owner}`       | zset   | queued job ids of one owner (org or user)         | pruned at job TTL|
 | `{p}:queued:repo:{owner}/{repo}` | zset   | queued job ids of one repository                  | pruned at job TTL|
 | `{p}:claim:{job_id}`             | string | name of the runner Job started for it             | claim TTL        |
+| `{p}:busy:{runner_name}`         | string | job id the runner took (`in_progress`)            | job TTL          |
+| `{p}:lock:{name}`                | string | a short lease, e.g. one group's reconcile pass    | lease TTL        |
+| `{p}:created:{group_uid}`        | zset   | runner Jobs created lately, scored by time (ms)   | created window   |
 | `{p}:events`                     | stream | `job`, `state` for every applied change (wake-up) | MAXLEN ~ 10,000  |
 
 Ordering. A job id is reused by reruns, and deliveries come late, twice, or out of order. Each event
@@ -41,7 +44,7 @@ from webhook_scaler.gitea import JobStatus, WorkflowJob, WorkflowJobPayload
 _PHASE = {JobStatus.WAITING: 1, JobStatus.QUEUED: 2, JobStatus.IN_PROGRESS: 3, JobStatus.COMPLETED: 4}
 GONE = "gone"  # no longer listed as queued by Gitea, with no webhook saying where it went
 
-# KEYS: job, delivery ("" = none), idx all, idx owner, idx repo, claim, stream
+# KEYS: job, delivery ("" = none), idx all, idx owner, idx repo, claim, stream, busy-key prefix
 # ARGV: rank, state, now_ms, ttl_s, delivery_ttl_s, stream_maxlen, idx_max_age_ms, poll_since_ms
 #       (-1 = a webhook), job id, then field/value pairs
 _RECORD = """
@@ -62,10 +65,22 @@ end
 if not apply then
   return {'stale', cur[2]}
 end
+local previous_runner = redis.call('HGET', job, 'runner')
 redis.call('DEL', job)
 redis.call('HSET', job, 'rank', ARGV[1], 'state', state, 'updated_ms', ARGV[3])
 for i = 10, #ARGV, 2 do
-  redis.call('HSET', job, ARGV[i], ARGV[i + 1])
+  if ARGV[i + 1] ~= '' then redis.call('HSET', job, ARGV[i], ARGV[i + 1]) end
+end
+if previous_runner and state == 'completed' and not redis.call('HGET', job, 'runner') then
+  redis.call('HSET', job, 'runner', previous_runner)
+end
+local runner = redis.call('HGET', job, 'runner')
+if runner and runner ~= '' then
+  if state == 'in_progress' then
+    redis.call('SET', KEYS[8] .. runner, id, 'EX', ARGV[4])
+  else
+    redis.call('DEL', KEYS[8] .. runner)
+  end
 end
 if state == 'queued' then
   local since = now
@@ -160,6 +175,7 @@ class JobUpdate:
     repo: str  # owner/name, lower-case
     name: str
     run_id: int
+    runner_name: str | None = None
 
     @classmethod
     def from_job(cls, job: WorkflowJob, *, repo_full_name: str) -> JobUpdate:
@@ -177,6 +193,7 @@ class JobUpdate:
             repo=repo,
             name=job.name,
             run_id=job.run_id,
+            runner_name=job.runner_name,
         )
 
     @classmethod
@@ -250,6 +267,9 @@ class JobStore:
     def _claim_key(self, job_id: int | str) -> str:
         return f"{self._p}:claim:{job_id}"
 
+    def _busy_key(self, runner: str) -> str:
+        return f"{self._p}:busy:{runner}"
+
     def _index(self, scope: Scope) -> str:
         if scope.kind == "all":
             return f"{self._p}:queued"
@@ -280,6 +300,7 @@ class JobStore:
             *self._indexes(update.owner, update.repo),
             self._claim_key(update.job_id),
             self.stream,
+            self._busy_key(""),
         ]
         args: list[str | int] = [
             update.rank,
@@ -303,6 +324,8 @@ class JobStore:
             update.run_id,
             "attempt",
             update.attempt,
+            "runner",
+            update.runner_name or "",
         ]
         reply = await self._record(keys=keys, args=args)
         parts = [_text(p) for p in reply]
@@ -409,6 +432,35 @@ class JobStore:
                 f = {_text(k): _text(v) for k, v in fields.items()}
                 changes.append((int(f["job"]), f["state"]))
         return last_id, changes
+
+    async def lock(self, name: str, *, holder: str, ttl_ms: int) -> bool:
+        """Take a short exclusive lease (e.g. one group's reconcile pass across replicas)."""
+        return bool(await self.redis.set(f"{self._p}:lock:{name}", holder, nx=True, px=ttl_ms))
+
+    async def unlock(self, name: str, *, holder: str) -> None:
+        """Give a lease back, only if `holder` still has it."""
+        await self._release(keys=[f"{self._p}:lock:{name}"], args=[holder])
+
+    async def note_created(self, group: str, name: str, *, now_ms: int, window_ms: int) -> None:
+        """Remember a runner Job created for a group, so replicas whose cache lags still count it."""
+        key = f"{self._p}:created:{group}"
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zadd(key, {name: now_ms})
+            pipe.zremrangebyscore(key, "-inf", now_ms - window_ms)
+            pipe.pexpire(key, window_ms)
+            await pipe.execute()
+
+    async def recently_created(self, group: str, *, since_ms: int) -> set[str]:
+        """Names of the group's runner Jobs created since `since_ms`, by any replica."""
+        members = cast("list[bytes]", await self.redis.zrangebyscore(f"{self._p}:created:{group}", since_ms, "+inf"))
+        return {_text(m) for m in members}
+
+    async def busy(self, runners: Sequence[str]) -> set[str]:
+        """Which of these runner names Gitea reported as running a job (from `in_progress` events)."""
+        if not runners:
+            return set()
+        values = await self.redis.mget([self._busy_key(r) for r in runners])
+        return {r for r, v in zip(runners, values, strict=True) if v is not None}
 
     async def ping(self) -> bool:
         """Whether Redis answers."""

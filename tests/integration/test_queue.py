@@ -169,3 +169,18 @@ async def test_nothing_lives_forever(redis: Redis) -> None:
     # Index members older than the job TTL are pruned on the next write.
     await store.record(upd("queued", job_id=3), now_ms=1 + 101_000)
     assert await redis.zrange("{grs}:queued", 0, -1) == [b"3"]
+
+
+async def test_busy_runners_follow_in_progress_and_completed(redis: Redis) -> None:
+    store = JobStore(redis)
+    await store.record(upd("queued"), now_ms=1)
+    assert await store.busy(["widgets-runner-7f9c2", "other"]) == set()
+    in_progress = upd("in_progress")
+    assert in_progress.runner_name
+    await store.record(in_progress, now_ms=2)
+    assert await store.busy([in_progress.runner_name, "other"]) == {in_progress.runner_name}
+    done = upd("completed")
+    assert done.runner_name is None  # an ephemeral runner's completed event has no runner_name
+    await store.record(done, now_ms=3)
+    assert await store.busy([in_progress.runner_name]) == set()
+    assert (await store.state(101))["runner"] == in_progress.runner_name

@@ -4,6 +4,7 @@
 #
 #   tests/peers/build.sh [PEER...]     PEER: etcd kube (kube-apiserver + kube-controller-manager)
 #                                           gitea helm kubeconform; default: all of them
+#   tests/peers/build.sh --print NAME  the path of one cached binary (built or not)
 #
 # Prints the cache folder on its last line. A warm cache makes this a no-op.
 set -euo pipefail
@@ -96,6 +97,20 @@ build_go_install() {
   GOBIN="$CACHE/gobin-$name" go install "$pkg@$ver"
   mv "$CACHE/gobin-$name/$name" "$BIN/$name-$ver"
 }
+
+if [ "${1:-}" = "--print" ]; then
+  # tests/peers/build.sh --print NAME: the cached binary's path for the configured version.
+  case ${2:-} in
+    etcd) echo "$BIN/etcd-$ETCD_VERSION" ;;
+    kube-apiserver|kube-controller-manager) echo "$BIN/$2-$KUBE_VERSION" ;;
+    gitea) echo "$BIN/gitea-$GITEA_VERSION" ;;
+    gitea-share) echo "$CACHE/gitea-$GITEA_VERSION-share" ;;
+    helm) echo "$BIN/helm-$HELM_VERSION" ;;
+    kubeconform) echo "$BIN/kubeconform-$KUBECONFORM_VERSION" ;;
+    *) say "unknown binary: ${2:-}"; exit 2 ;;
+  esac
+  exit 0
+fi
 
 peers=("$@")
 [ ${#peers[@]} -gt 0 ] || peers=(etcd kube gitea helm kubeconform)

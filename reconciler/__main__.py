@@ -1,0 +1,95 @@
+"""Entry point of the controller process: `reconciler` (settings from `GRS_*` variables)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from reconciler.giteaapi import GiteaClient
+from reconciler.kube import Kube, api_client
+from reconciler.loop import Controller
+from reconciler.metrics import Metrics
+from reconciler.settings import Settings, from_env
+from webhook_scaler import logs
+from webhook_scaler.config import parse_or_exit
+from webhook_scaler.queue import JobStore, Ttls, connect
+
+log = logging.getLogger("reconciler")
+
+
+def health_app(controller: Controller, registry: CollectorRegistry) -> web.Application:
+    """/healthz, /readyz (caches synced and Redis answers) and /metrics."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(_: web.Request) -> web.Response:
+        synced = all(i.synced.is_set() for i in (controller.groups, controller.jobs, controller.pods))
+        try:
+            redis_ok = await asyncio.wait_for(controller.store.ping(), timeout=2)
+        except Exception:
+            redis_ok = False
+        ok = synced and redis_ok
+        return web.json_response({"synced": synced, "redis": redis_ok}, status=200 if ok else 503)
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+async def serve(settings: Settings) -> None:
+    """Run the controller and its health server until SIGTERM or SIGINT."""
+    password = settings.redis_password.get_secret_value() if settings.redis_password else None
+    redis = connect(settings.redis_url, password=password, timeout=max(settings.redis_timeout, 6.0))
+    ttls = Ttls(job=settings.job_ttl, completed=settings.completed_ttl, delivery=settings.delivery_ttl)
+    store = JobStore(redis, prefix=settings.redis_prefix, ttls=ttls)
+    registry = CollectorRegistry()
+    metrics = Metrics.create(registry)
+    api = await api_client(settings.kubeconfig)
+    async with aiohttp.ClientSession() as session:
+        gitea = GiteaClient(
+            session,
+            timeout=settings.gitea_timeout,
+            on_request=lambda endpoint, outcome: metrics.gitea_requests.labels(endpoint, outcome).inc(),
+        )
+        kube = Kube(api, namespace=settings.watch_namespace or None)
+        controller = Controller(settings, kube=kube, store=store, gitea=gitea, metrics=metrics)
+        runner = web.AppRunner(health_app(controller, registry), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, settings.listen_host, settings.listen_port).start()
+        main = asyncio.create_task(controller.run())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, main.cancel)
+        log.info(
+            "reconciler started",
+            extra={"namespace": settings.watch_namespace or "*", "poll": settings.poll_enabled},
+        )
+        with contextlib.suppress(asyncio.CancelledError):
+            await main
+        log.info("reconciler stopping")
+        await runner.cleanup()
+    await api.close()
+    await redis.aclose()
+
+
+def main() -> None:
+    """Parse settings, refuse to start on bad config, then run until SIGTERM."""
+    settings = parse_or_exit(from_env, program="reconciler")
+    logs.setup(level=settings.log_level, fmt=settings.log_format)
+    asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""The Gitea REST client of the polling fallback (Gitea >= 1.25 for `/actions/jobs`).
+
+Owns: the endpoints per scope (seed §6), pagination (`page=1..` with `limit=50`: Gitea 1.25 returns
+every row when `page` is omitted), status filters (`queued` and `in_progress` only; `waiting` and
+`pending` mean blocked and are never demand), and the transient/permanent error split with
+Retry-After on 429. Must not touch Redis or Kubernetes, and never logs or raises the token.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import quote
+
+import aiohttp
+from pydantic import ValidationError
+
+from webhook_scaler.gitea import RepositoryRef, WorkflowJob, WorkflowJobsResponse
+
+log = logging.getLogger(__name__)
+PAGE_SIZE = 50
+MAX_PAGES = 200  # 10,000 jobs per scope per poll: a runaway guard, not a limit anyone should meet
+
+
+class GiteaError(Exception):
+    """A failed Gitea call; `transient` says whether retrying later can help."""
+
+    def __init__(self, message: str, *, transient: bool, status: int | None = None, retry_after: float = 0):
+        super().__init__(message)
+        self.transient = transient
+        self.status = status
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True, slots=True)
+class PollScope:
+    """One distinct thing to poll: a Gitea instance, a scope, and the token used for it."""
+
+    url: str
+    kind: Literal["global", "org", "user", "repo"]
+    target: str  # org, user or owner/repo; "" for global
+    token: str
+
+    def __repr__(self) -> str:  # never show the token
+        return f"PollScope({self.url!r}, {self.kind!r}, {self.target!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class PolledJob:
+    """A job Gitea lists, with the repository it belongs to."""
+
+    job: WorkflowJob
+    repo: str  # owner/name
+
+
+class GiteaClient:
+    """Polls Gitea's Actions API over one aiohttp session."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        *,
+        timeout: float = 10.0,
+        on_request: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.session = session
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self._on_request = on_request or (lambda endpoint, outcome: None)
+
+    async def _get(self, scope: PollScope, path: str, params: list[tuple[str, str]], endpoint: str) -> Any:
+        url = scope.url.rstrip("/") + "/api/v1" + path
+        headers = {"Authorization": f"token {scope.token}", "Accept": "application/json"}
+        try:
+            async with self.session.get(url, params=params, headers=headers, timeout=self.timeout) as resp:
+                if resp.status == 200:
+                    self._on_request(endpoint, "ok")
+                    return await resp.json(content_type=None)
+                self._on_request(endpoint, str(resp.status))
+                retry_after = _retry_after(resp.headers.get("Retry-After"))
+                transient = resp.status == 429 or resp.status >= 500
+                raise GiteaError(
+                    f"GET {path}: HTTP {resp.status}", transient=transient, status=resp.status, retry_after=retry_after
+                )
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            self._on_request(endpoint, "error")
+            raise GiteaError(f"GET {path}: {type(exc).__name__}", transient=True) from None
+
+    async def _pages(self, scope: PollScope, path: str, params: list[tuple[str, str]], endpoint: str) -> list[Any]:
+        """Every page of a list endpoint; each page is the decoded body."""
+        bodies: list[Any] = []
+        seen = 0
+        for page in range(1, MAX_PAGES + 1):
+            body = await self._get(scope, path, [*params, ("page", str(page)), ("limit", str(PAGE_SIZE))], endpoint)
+            bodies.append(body)
+            count = len(body.get("jobs") or []) if isinstance(body, dict) else len(body or [])
+            seen += count
+            total = body.get("total_count") if isinstance(body, dict) else None
+            if count < PAGE_SIZE or (total is not None and seen >= int(total)):
+                break
+        return bodies
+
+    async def jobs(self, scope: PollScope) -> list[PolledJob]:
+        """The scope's jobs that are queued or in progress, over all pages."""
+        if scope.kind == "user":
+            repos = await self.user_repos(scope)
+            out: list[PolledJob] = []
+            for repo in repos:
+                out.extend(await self._repo_jobs(scope, repo))
+            return out
+        if scope.kind == "repo":
+            return await self._repo_jobs(scope, scope.target)
+        path = "/admin/actions/jobs" if scope.kind == "global" else f"/orgs/{quote(scope.target)}/actions/jobs"
+        return self._parse_jobs(await self._jobs_pages(scope, path, scope.kind), repo=None)
+
+    async def _repo_jobs(self, scope: PollScope, repo: str) -> list[PolledJob]:
+        owner, name = repo.split("/", 1)
+        path = f"/repos/{quote(owner)}/{quote(name)}/actions/jobs"
+        return self._parse_jobs(await self._jobs_pages(scope, path, "repo"), repo=repo)
+
+    async def _jobs_pages(self, scope: PollScope, path: str, endpoint: str) -> list[Any]:
+        params = [("status", "queued"), ("status", "in_progress")]
+        return await self._pages(scope, path, params, f"{endpoint}_jobs")
+
+    @staticmethod
+    def _parse_jobs(bodies: list[Any], *, repo: str | None) -> list[PolledJob]:
+        out: list[PolledJob] = []
+        for body in bodies:
+            try:
+                parsed = WorkflowJobsResponse.model_validate(body)
+            except ValidationError as exc:
+                raise GiteaError("jobs list does not fit the model", transient=False) from exc
+            for job in parsed.jobs:
+                full = repo or job.repo_full_name
+                if full is None:
+                    log.warning("job without repository in its url", extra={"job_id": job.id})
+                    continue
+                out.append(PolledJob(job=job, repo=full))
+        return out
+
+    async def user_repos(self, scope: PollScope) -> list[str]:
+        """`owner/name` of every repository the user owns."""
+        bodies = await self._pages(scope, f"/users/{quote(scope.target)}/repos", [], "user_repos")
+        repos: list[str] = []
+        for body in bodies:
+            for item in body or []:
+                try:
+                    ref = RepositoryRef.model_validate(item)
+                except ValidationError:
+                    continue
+                if ref.owner.login.lower() == scope.target.lower():
+                    repos.append(ref.full_name)
+        return repos
+
+
+def _retry_after(value: str | None) -> float:
+    try:
+        return max(0.0, float(value)) if value else 0.0
+    except ValueError:
+        return 0.0

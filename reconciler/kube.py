@@ -1,0 +1,376 @@
+"""The only module that talks to Kubernetes: kubernetes_asyncio calls, converted to our dataclasses.
+
+Owns: client configuration, list+watch informers that relist on 410 Gone, Job create/delete, status
+patches, Events and Secret reads, and the classification of API errors into transient (retry with
+backoff) and permanent (report, stop retrying). Must not decide anything about scaling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import random
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar, cast
+
+from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from reconciler.crd import GROUP, PLURAL, VERSION
+from reconciler.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, SELECTOR, GroupRef
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+COMPONENT = "gitea-runner-scaler"
+
+
+class TransientError(Exception):
+    """Worth retrying with backoff: throttling, server errors, timeouts, conflicts, quota."""
+
+
+class PermanentError(Exception):
+    """Retrying will not help until something changes: report it and stop."""
+
+
+def classify(exc: BaseException) -> Exception:
+    """The transient or permanent error an API failure stands for."""
+    if isinstance(exc, ApiException):
+        body = str(exc.body or "")
+        if exc.status in (409, 429) or (exc.status or 0) >= 500:
+            return TransientError(f"HTTP {exc.status} {exc.reason}")
+        if exc.status == 403 and "exceeded quota" in body:
+            return TransientError("ResourceQuota exceeded; retrying later")
+        return PermanentError(f"HTTP {exc.status} {exc.reason}: {_message(body)}")
+    if isinstance(exc, asyncio.TimeoutError | OSError):
+        return TransientError(type(exc).__name__)
+    return PermanentError(f"{type(exc).__name__}: {exc}")
+
+
+def _message(body: str) -> str:
+    import json
+
+    try:
+        return str(json.loads(body).get("message", ""))[:300]
+    except (ValueError, AttributeError):
+        return body[:300]
+
+
+def _ms(timestamp: str | datetime | None) -> int | None:
+    if timestamp is None:
+        return None
+    if isinstance(timestamp, str):
+        timestamp = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    return int(timestamp.timestamp() * 1000)
+
+
+# -- our views of API objects -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GroupObject:
+    """A RunnerGroup as read from the API."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+
+    @property
+    def ref(self) -> GroupRef:
+        """Its identity, for owner references and Events."""
+        return GroupRef(namespace=self.namespace, name=self.name, uid=self.uid)
+
+
+@dataclass(frozen=True, slots=True)
+class JobObject:
+    """A runner Job."""
+
+    namespace: str
+    name: str
+    group: str
+    job_id: int | None
+    created_ms: int
+    finished: str  # "" while running, "Complete" or "Failed"
+    reason: str  # why it failed
+
+
+@dataclass(frozen=True, slots=True)
+class PodObject:
+    """A Pod of a runner Job."""
+
+    namespace: str
+    name: str
+    job_name: str
+    phase: str
+    created_ms: int
+    running_since_ms: int | None
+
+
+def group_from(raw: Mapping[str, Any]) -> GroupObject:
+    """Convert a RunnerGroup object."""
+    meta = raw["metadata"]
+    return GroupObject(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta["uid"],
+        generation=int(meta.get("generation") or 0),
+        spec=raw.get("spec") or {},
+        status=raw.get("status") or {},
+    )
+
+
+def job_from(raw: Mapping[str, Any]) -> JobObject:
+    """Convert a batch/v1 Job."""
+    meta = raw["metadata"]
+    finished, reason = "", ""
+    for cond in (raw.get("status") or {}).get("conditions") or []:
+        if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
+            finished = cond["type"]
+            reason = cond.get("reason") or cond.get("message") or ""
+    job_id = (meta.get("annotations") or {}).get(JOB_ID_ANNOTATION)
+    return JobObject(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        group=(meta.get("labels") or {}).get(GROUP_LABEL, ""),
+        job_id=int(job_id) if job_id and job_id.isdigit() else None,
+        created_ms=_ms(meta.get("creationTimestamp")) or 0,
+        finished=finished,
+        reason=reason,
+    )
+
+
+def pod_from(raw: Mapping[str, Any]) -> PodObject:
+    """Convert a Pod."""
+    meta, status = raw["metadata"], raw.get("status") or {}
+    labels = meta.get("labels") or {}
+    running: int | None = None
+    for cs in status.get("containerStatuses") or []:
+        started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
+        if started:
+            running = _ms(started)
+    return PodObject(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        job_name=labels.get("batch.kubernetes.io/job-name") or labels.get("job-name", ""),
+        phase=status.get("phase") or "Pending",
+        created_ms=_ms(meta.get("creationTimestamp")) or 0,
+        running_since_ms=running if status.get("phase") == "Running" else None,
+    )
+
+
+# -- informers ------------------------------------------------------------------------------------
+
+
+class Informer(Generic[T]):
+    """A cache of one kind of object, kept by list + watch, relisting on 410 Gone or any error."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        list_fn: Callable[..., Awaitable[Any]],
+        convert: Callable[[Mapping[str, Any]], T],
+        sanitize: Callable[[Any], Any],
+        on_change: Callable[[], None],
+        backoff: tuple[float, float] = (0.5, 30.0),
+        watch_timeout: int = 300,
+    ) -> None:
+        self.name = name
+        self.items: dict[tuple[str, str], T] = {}
+        self.synced = asyncio.Event()
+        self.relists = 0
+        self._list = list_fn
+        self._convert = convert
+        self._sanitize = sanitize
+        self._on_change = on_change
+        self._backoff = backoff
+        self._watch_timeout = watch_timeout
+
+    @staticmethod
+    def _key(raw: Mapping[str, Any]) -> tuple[str, str]:
+        meta = raw["metadata"]
+        return meta.get("namespace", ""), meta["name"]
+
+    async def _relist(self) -> str:
+        result = self._sanitize(await self._list())
+        self.items = {self._key(o): self._convert(o) for o in result.get("items") or []}
+        self.relists += 1
+        self.synced.set()
+        self._on_change()
+        return str(result["metadata"]["resourceVersion"])
+
+    async def run(self) -> None:
+        """List, then watch from the list's resourceVersion, forever."""
+        delay = self._backoff[0]
+        while True:
+            try:
+                version = await self._relist()
+                delay = self._backoff[0]
+                while True:
+                    version = await self._watch(version)
+            except asyncio.CancelledError:
+                raise
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.info("watch expired, relisting", extra={"informer": self.name})
+                    continue
+                log.warning("watch failed", extra={"informer": self.name, "status": exc.status})
+            except Exception as exc:
+                log.warning("watch failed", extra={"informer": self.name, "error": type(exc).__name__})
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, self._backoff[1])
+
+    async def _watch(self, version: str) -> str:
+        w = watch.Watch()
+        async with w.stream(
+            self._list,
+            resource_version=version,
+            timeout_seconds=self._watch_timeout,
+            allow_watch_bookmarks=True,
+        ) as stream:
+            async for event in stream:
+                raw = event["raw_object"]
+                kind = event["type"]
+                if kind == "BOOKMARK":
+                    version = raw["metadata"]["resourceVersion"]
+                    continue
+                key = self._key(raw)
+                if kind == "DELETED":
+                    self.items.pop(key, None)
+                else:
+                    self.items[key] = self._convert(raw)
+                version = raw["metadata"]["resourceVersion"]
+                self._on_change()
+        return version
+
+
+# -- the client -----------------------------------------------------------------------------------
+
+
+async def api_client(kubeconfig: str | None) -> client.ApiClient:
+    """An API client from a kubeconfig file, or the in-cluster service account."""
+    if kubeconfig:
+        await config.load_kube_config(config_file=kubeconfig)
+    else:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    return client.ApiClient()
+
+
+class Kube:
+    """Typed operations over the API objects the reconciler owns or reads."""
+
+    def __init__(self, api: client.ApiClient, *, namespace: str | None) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.custom = client.CustomObjectsApi(api)
+        self.batch = client.BatchV1Api(api)
+        self.core = client.CoreV1Api(api)
+
+    def informers(
+        self, on_change: Callable[[], None]
+    ) -> tuple[Informer[GroupObject], Informer[JobObject], Informer[PodObject]]:
+        """Informers for RunnerGroups, runner Jobs and their Pods (in one namespace or all)."""
+        ns = self.namespace
+        sanitize = self.api.sanitize_for_serialization
+
+        def groups(**kw: Any) -> Awaitable[Any]:
+            if ns:
+                return self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, **kw)
+            return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw)
+
+        def jobs(**kw: Any) -> Awaitable[Any]:
+            if ns:
+                return self.batch.list_namespaced_job(ns, label_selector=SELECTOR, **kw)
+            return self.batch.list_job_for_all_namespaces(label_selector=SELECTOR, **kw)
+
+        def pods(**kw: Any) -> Awaitable[Any]:
+            if ns:
+                return self.core.list_namespaced_pod(ns, label_selector=SELECTOR, **kw)
+            return self.core.list_pod_for_all_namespaces(label_selector=SELECTOR, **kw)
+
+        return (
+            Informer("runnergroups", list_fn=groups, convert=group_from, sanitize=sanitize, on_change=on_change),
+            Informer("jobs", list_fn=jobs, convert=job_from, sanitize=sanitize, on_change=on_change),
+            Informer("pods", list_fn=pods, convert=pod_from, sanitize=sanitize, on_change=on_change),
+        )
+
+    async def create_job(self, body: Mapping[str, Any]) -> bool:
+        """Create a Job; False if one of that name exists already (409 is success)."""
+        try:
+            await self.batch.create_namespaced_job(body["metadata"]["namespace"], cast(Any, body))
+        except ApiException as exc:
+            if exc.status == 409 and "AlreadyExists" in str(exc.body or ""):
+                return False
+            raise classify(exc) from None
+        except (TimeoutError, OSError) as exc:
+            raise classify(exc) from None
+        return True
+
+    async def delete_job(self, namespace: str, name: str) -> None:
+        """Delete a Job and its Pods; 404 is success."""
+        try:
+            await self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise classify(exc) from None
+
+    async def patch_status(self, group: GroupRef, status: Mapping[str, Any]) -> None:
+        """Merge-patch a RunnerGroup's status subresource."""
+        try:
+            await self.custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                group.namespace,
+                PLURAL,
+                group.name,
+                {"status": dict(status)},
+                _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise classify(exc) from None
+
+    async def secret_value(self, namespace: str, name: str, key: str) -> str:
+        """One key of a Secret, decoded; PermanentError names the Secret and key, never the value."""
+        try:
+            secret = await self.core.read_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise PermanentError(f"Secret {namespace}/{name} not found") from None
+            raise classify(exc) from None
+        data = secret.data or {}
+        if key not in data:
+            raise PermanentError(f"Secret {namespace}/{name} has no key {key!r}")
+        return base64.b64decode(data[key]).decode("utf-8").strip()
+
+    async def event(self, group: GroupRef, *, kind: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event on a RunnerGroup; failures are logged, never raised."""
+        now = datetime.now(UTC)
+        body = {
+            "metadata": {"name": f"{group.name}.{uuid.uuid4().hex[:16]}", "namespace": group.namespace},
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "RunnerGroup",
+                "name": group.name,
+                "namespace": group.namespace,
+                "uid": group.uid,
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message[:1000],
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "firstTimestamp": now.isoformat(),
+            "lastTimestamp": now.isoformat(),
+            "count": 1,
+        }
+        try:
+            await self.core.create_namespaced_event(group.namespace, cast(Any, body))
+        except (TimeoutError, ApiException, OSError) as exc:
+            log.warning("event not recorded", extra={"group": group.name, "reason": reason, "error": str(exc)[:200]})

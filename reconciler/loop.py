@@ -1,0 +1,408 @@
+"""The controller: wakes on Redis and Kubernetes events and on timers, plans each group, applies the plan.
+
+Owns: the wake-ups (the Redis stream, informer events, the poll, resync and retry timers), one task per
+RunnerGroup so that one group's error or slow API call never stalls another, per-group leases in Redis
+so replicas take turns on a group, claims before every create, retries with backoff, Events, and
+status writes only when the status changed. Decisions come from `plan`; API calls go through `kube`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from pydantic import ValidationError
+
+from reconciler.crd import RunnerGroupSpec
+from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
+from reconciler.kube import GroupObject, JobObject, Kube, PermanentError, PodObject, TransientError
+from reconciler.labels import effective_labels, names
+from reconciler.manifests import build_job, job_name
+from reconciler.metrics import Metrics
+from reconciler.plan import Create, GroupView, Plan, Runner, assign, classify, plan
+from reconciler.settings import Settings
+from reconciler.status import Condition, desired_status
+from webhook_scaler.queue import ALL, JobStore, JobUpdate, QueuedJob, Scope
+
+log = logging.getLogger(__name__)
+CREATED_WINDOW_MS = 120_000
+
+
+@dataclass
+class GroupState:
+    """What the controller remembers about one group between passes (nothing it cannot re-derive)."""
+
+    task: asyncio.Task[None] | None = None
+    again: bool = False
+    backoff: float = 0.0
+    retry_at: float = 0.0
+    reported_failures: set[str] = field(default_factory=set)
+    last_error: str = ""
+    gitea: Condition | None = None
+    last_poll: str | None = None
+    invalid_generation: int = -1
+
+
+class Controller:
+    """Runs every RunnerGroup of the watched namespace(s)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        kube: Kube,
+        store: JobStore,
+        gitea: GiteaClient,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.store = store
+        self.gitea = gitea
+        self.metrics = metrics
+        self.clock = clock
+        self.wake = asyncio.Event()
+        self.groups, self.jobs, self.pods = kube.informers(self.wake.set)
+        self.state: dict[tuple[str, str], GroupState] = {}
+        self.passes = 0
+        self._background: set[asyncio.Task[None]] = set()
+
+    def now_ms(self) -> int:
+        """The clock, in milliseconds."""
+        return int(self.clock() * 1000)
+
+    # -- the main loop ----------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Run the informers, the wake-up sources and the reconcile loop until cancelled."""
+        async with asyncio.TaskGroup() as tasks:
+            for informer in (self.groups, self.jobs, self.pods):
+                tasks.create_task(informer.run())
+            tasks.create_task(self._follow_redis())
+            tasks.create_task(self._resync())
+            if self.settings.poll_enabled:
+                tasks.create_task(self._poll_forever())
+            for informer in (self.groups, self.jobs, self.pods):
+                await informer.synced.wait()
+            log.info("caches synced; reconciling")
+            while True:
+                await self.wake.wait()
+                self.wake.clear()
+                try:
+                    await self.reconcile_all()
+                except Exception:
+                    log.exception("reconcile pass failed")
+                    await asyncio.sleep(self.settings.retry_initial)
+                    self.wake.set()
+
+    async def _follow_redis(self) -> None:
+        last = "$"
+        while True:
+            try:
+                last, changes = await self.store.wait(last, block_ms=1000)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("redis stream unavailable", extra={"error": repr(exc)})
+                await asyncio.sleep(self.settings.retry_initial)
+                continue
+            if changes:
+                self.wake.set()
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.resync_interval)
+            self.wake.set()
+
+    # -- one pass ---------------------------------------------------------------------------------
+    def views(self) -> list[tuple[GroupObject, RunnerGroupSpec | None, str]]:
+        """Every group with its validated spec, or None and the validation message."""
+        out: list[tuple[GroupObject, RunnerGroupSpec | None, str]] = []
+        for group in self.groups.items.values():
+            try:
+                out.append((group, RunnerGroupSpec.model_validate(dict(group.spec)), ""))
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
+                    for e in exc.errors(include_input=False)
+                )
+                out.append((group, None, problems))
+        return out
+
+    async def reconcile_all(self) -> None:
+        """Read demand once, give each queued job to one group, and start each group's pass."""
+        self.passes += 1
+        views = self.views()
+        valid = [
+            GroupView(g.namespace, g.name, spec, names(effective_labels(spec.labels, spec.default_labels)))
+            for g, spec, _ in views
+            if spec is not None
+        ]
+        queued = await self.store.queued(ALL)
+        assignment = assign(queued, valid)
+        keys = set()
+        for group, spec, problem in views:
+            key = (group.namespace, group.name)
+            keys.add(key)
+            self._start(group, spec, problem, assignment.get(key, []))
+        for key in set(self.state) - keys:
+            state = self.state.pop(key)
+            if state.task is not None:
+                state.task.cancel()
+
+    def _start(self, group: GroupObject, spec: RunnerGroupSpec | None, problem: str, queued: list[QueuedJob]) -> None:
+        state = self.state.setdefault((group.namespace, group.name), GroupState())
+        if state.task is not None and not state.task.done():
+            state.again = True
+            return
+        if state.retry_at > time.monotonic():
+            return
+        state.task = asyncio.create_task(self._run_group(group, spec, problem, queued, state))
+
+    async def _run_group(
+        self, group: GroupObject, spec: RunnerGroupSpec | None, problem: str, queued: list[QueuedJob], state: GroupState
+    ) -> None:
+        holder = f"{self.settings.replica_id}/{uuid.uuid4().hex[:8]}"
+        started = time.perf_counter()
+        try:
+            if spec is None:
+                await self._invalid(group, problem, state)
+            elif await self.store.lock(group.uid, holder=holder, ttl_ms=int(self.settings.lease_ttl * 1000)):
+                try:
+                    await self.reconcile_group(group, spec, queued, state)
+                finally:
+                    await self.store.unlock(group.uid, holder=holder)
+            else:
+                state.again = True  # another replica has it right now; look again shortly
+                await asyncio.sleep(0.05 + random.random() * 0.1)
+            state.backoff = 0.0
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._failed(group, state, exc)
+        finally:
+            self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
+        if state.again:
+            state.again = False
+            self.wake.set()
+
+    def _failed(self, group: GroupObject, state: GroupState, exc: Exception) -> None:
+        transient = isinstance(exc, TransientError | GiteaError | OSError | asyncio.TimeoutError)
+        kind = "transient" if transient else "permanent"
+        self.metrics.errors.labels(group=f"{group.namespace}/{group.name}", kind=kind).inc()
+        state.last_error = str(exc)[:500]
+        state.backoff = min(max(state.backoff * 2, self.settings.retry_initial), self.settings.retry_max)
+        state.retry_at = time.monotonic() + state.backoff
+        log.warning(
+            "group reconcile failed",
+            extra={"group": group.name, "namespace": group.namespace, "kind": kind, "error": state.last_error},
+        )
+        asyncio.get_running_loop().call_later(state.backoff, self.wake.set)
+        if not transient:
+            task = asyncio.create_task(
+                self.kube.event(group.ref, kind="Warning", reason="ReconcileError", message=state.last_error)
+            )
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _invalid(self, group: GroupObject, problem: str, state: GroupState) -> None:
+        status = desired_status(
+            generation=group.generation,
+            previous=group.status,
+            spec=None,
+            counts=None,
+            now=self._now(),
+            invalid=problem,
+            gitea=None,
+            last_poll=None,
+            failed=(),
+        )
+        if status != dict(group.status):
+            await self.kube.patch_status(group.ref, status)
+        if state.invalid_generation != group.generation:
+            state.invalid_generation = group.generation
+            await self.kube.event(group.ref, kind="Warning", reason="InvalidSpec", message=problem)
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), UTC)
+
+    def runners(self, group: GroupObject, busy: set[str]) -> list[Runner]:
+        """The group's runner Jobs, classified."""
+        pods: dict[str, list[PodObject]] = {}
+        for pod in self.pods.items.values():
+            if pod.namespace == group.namespace:
+                pods.setdefault(pod.job_name, []).append(pod)
+        return [
+            classify(
+                job.name,
+                job_id=job.job_id,
+                created_ms=job.created_ms,
+                finished=job.finished,
+                reason=job.reason,
+                pod_phases=[(p.phase, p.running_since_ms) for p in pods.get(job.name, [])],
+                busy=job.name in busy,
+            )
+            for job in self._jobs_of(group)
+        ]
+
+    def _jobs_of(self, group: GroupObject) -> list[JobObject]:
+        return [j for j in self.jobs.items.values() if j.namespace == group.namespace and j.group == group.name]
+
+    async def reconcile_group(
+        self, group: GroupObject, spec: RunnerGroupSpec, queued: list[QueuedJob], state: GroupState
+    ) -> Plan:
+        """Plan one group and apply the plan."""
+        jobs = self._jobs_of(group)
+        busy = await self.store.busy([j.name for j in jobs if not j.finished])
+        runners = self.runners(group, busy)
+        now_ms = self.now_ms()
+        recent = await self.store.recently_created(group.uid, since_ms=now_ms - CREATED_WINDOW_MS)
+        in_flight = len(recent - {j.name for j in jobs})
+        decided = plan(
+            queued=queued,
+            runners=runners,
+            spec=spec,
+            now_ms=now_ms,
+            in_flight=in_flight,
+            idle_grace_ms=int(self.settings.idle_grace * 1000),
+        )
+        label = f"{group.namespace}/{group.name}"
+        await self._apply_deletes(group, decided, label)
+        created = await self._apply_creates(group, spec, decided.create, label)
+        await self._report_failures(group, decided, state)
+        self.metrics.queued_jobs.labels(group=label).set(decided.counts.queued)
+        self.metrics.active_runners.labels(group=label).set(decided.counts.active - len(decided.create) + created)
+        status = desired_status(
+            generation=group.generation,
+            previous=group.status,
+            spec=spec,
+            counts=decided.counts,
+            now=self._now(),
+            invalid="",
+            gitea=state.gitea,
+            last_poll=state.last_poll,
+            failed=decided.failed,
+        )
+        if status != dict(group.status):
+            await self.kube.patch_status(group.ref, status)
+        return decided
+
+    async def _apply_deletes(self, group: GroupObject, decided: Plan, label: str) -> None:
+        for d in decided.delete:
+            await self.kube.delete_job(group.namespace, d.name)
+            if d.job_id is not None:
+                await self.store.release(d.job_id, holder=d.name)
+            self.metrics.runners_deleted.labels(group=label, reason=d.reason).inc()
+            log.info("runner deleted", extra={"group": group.name, "job": d.name, "reason": d.reason})
+        reaped = [d.name for d in decided.delete if d.reason == "pending_timeout"]
+        if reaped:
+            message = f"Deleted runner Jobs Pending longer than the pendingTimeout: {', '.join(reaped)}"
+            await self.kube.event(group.ref, kind="Warning", reason="RunnerReaped", message=message)
+
+    async def _apply_creates(
+        self, group: GroupObject, spec: RunnerGroupSpec, creates: tuple[Create, ...], label: str
+    ) -> int:
+        made: list[str] = []
+        try:
+            for c in creates:
+                if await self._create(group, spec, c, label):
+                    made.append(f"{c.job_id}" if c.job_id is not None else "warm")
+        finally:
+            if made:
+                message = f"Created {len(made)} runner(s) for jobs: {', '.join(made)}"
+                await self.kube.event(group.ref, kind="Normal", reason="RunnerCreated", message=message[:1000])
+        return len(made)
+
+    async def _create(self, group: GroupObject, spec: RunnerGroupSpec, c: Create, label: str) -> bool:
+        suffix = f"{c.job_id}-{uuid.uuid4().hex[:4]}" if c.job_id is not None else f"w-{uuid.uuid4().hex[:6]}"
+        name = job_name(group.name, suffix)
+        ttl_ms = int(self.settings.claim_ttl * 1000)
+        if c.job_id is not None:
+            if c.stale_claim:
+                await self.store.release(c.job_id, holder=c.stale_claim)
+            if not await self.store.claim(c.job_id, holder=name, ttl_ms=ttl_ms):
+                return False  # another replica, or the job left the queue meanwhile
+        body = build_job(group.ref, spec, name=name, job_id=c.job_id, queued_ms=c.queued_ms)
+        try:
+            await self.store.note_created(group.uid, name, now_ms=self.now_ms(), window_ms=CREATED_WINDOW_MS)
+            await self.kube.create_job(body)
+        except BaseException:
+            if c.job_id is not None:
+                await self.store.release(c.job_id, holder=name)
+            raise
+        reason = "queued" if c.job_id is not None else "warm"
+        self.metrics.runners_created.labels(group=label, reason=reason).inc()
+        if c.queued_ms:
+            self.metrics.time_to_runner.observe(max(0.0, (self.now_ms() - c.queued_ms) / 1000))
+        log.info("runner created", extra={"group": group.name, "job": name, "gitea_job_id": c.job_id})
+        return True
+
+    async def _report_failures(self, group: GroupObject, decided: Plan, state: GroupState) -> None:
+        names_now = {r.name for r in decided.failed}
+        for r in decided.failed:
+            if r.name not in state.reported_failures:
+                message = f"Runner Job {r.name} failed ({r.reason}); its slot is free again"
+                await self.kube.event(group.ref, kind="Warning", reason="RunnerFailed", message=message)
+        state.reported_failures = names_now
+
+    # -- the polling fallback ---------------------------------------------------------------------
+    async def _poll_forever(self) -> None:
+        for informer in (self.groups, self.jobs, self.pods):
+            await informer.synced.wait()
+        delay = self.settings.poll_interval
+        while True:
+            ok = await self.poll_once()
+            delay = self.settings.poll_interval if ok else min(max(delay * 2, 5.0), self.settings.poll_backoff_max)
+            jitter = 1 + self.settings.poll_jitter * (2 * random.random() - 1)
+            await asyncio.sleep(delay * jitter)
+
+    async def poll_once(self) -> bool:
+        """Poll each distinct (Gitea URL, scope, token) once and reconcile Redis with what Gitea lists."""
+        scopes: dict[PollScope, list[GroupObject]] = {}
+        for group, spec, _ in self.views():
+            if spec is None:
+                continue
+            state = self.state.setdefault((group.namespace, group.name), GroupState())
+            ref = spec.auth_token.secret_ref
+            try:
+                token = await self.kube.secret_value(group.namespace, ref.name, ref.key)
+            except (PermanentError, TransientError) as exc:
+                state.gitea = Condition("GiteaReachable", "False", "AuthTokenUnavailable", str(exc))
+                continue
+            target = "" if spec.scope == "global" else spec.target
+            scopes.setdefault(PollScope(spec.gitea.url, spec.scope, target, token), []).append(group)
+        results = await asyncio.gather(*(self._poll_scope(s, gs) for s, gs in scopes.items()))
+        self.wake.set()
+        return all(results)
+
+    async def _poll_scope(self, scope: PollScope, groups: list[GroupObject]) -> bool:
+        started_ms = self.now_ms()
+        try:
+            polled = await self.gitea.jobs(scope)
+            updates = [JobUpdate.from_job(p.job, repo_full_name=p.repo) for p in polled]
+            redis_scope = (
+                ALL if scope.kind == "global" else Scope("repo" if scope.kind == "repo" else "owner", scope.target)
+            )
+            added, dropped = await self.store.sync_polled(
+                redis_scope, updates, polled_since_ms=started_ms, now_ms=self.now_ms()
+            )
+            condition = Condition("GiteaReachable", "True", "PollSucceeded", f"{len(polled)} queued or running job(s)")
+            ok = True
+            if added or dropped:
+                log.info("poll healed redis", extra={"scope": repr(scope), "added": added, "dropped": dropped})
+        except GiteaError as exc:
+            condition = Condition("GiteaReachable", "False", "PollFailed", str(exc))
+            ok = False
+            log.warning("poll failed", extra={"scope": repr(scope), "error": str(exc), "status": exc.status})
+        checked = self._now().isoformat(timespec="seconds").replace("+00:00", "Z")
+        for group in groups:
+            state = self.state.setdefault((group.namespace, group.name), GroupState())
+            state.gitea = condition
+            state.last_poll = checked
+        return ok

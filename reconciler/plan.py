@@ -1,0 +1,202 @@
+"""Pure: what one RunnerGroup should do now, from the state it is in.
+
+Owns the scaling decision. Demand is computed from totals, never by counting events: every queued
+job wants one runner that has not taken a job yet (pending or idle), plus `minIdleRunners` warm
+ones; the difference to the runners that exist is created or deleted, clamped so that the group
+never has more than `maxActiveRunners` runners. Which runner takes which job is Gitea's choice
+(any matching runner may take any queued job), so runners are counted, not mapped to jobs; the job
+a runner was started for only names it and anchors the claim that stops two replicas from starting
+two runners for one job. Must not do I/O, sleep, or read the clock: `now_ms` is an argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from reconciler.crd import RunnerGroupSpec
+from webhook_scaler.queue import QueuedJob
+
+
+class Phase(StrEnum):
+    """What a runner Job is doing, classified from the Job and its Pod."""
+
+    PENDING = "pending"  # no Pod yet, or the Pod is not running (scheduling, pulling the image)
+    IDLE = "idle"  # running, not known to have taken a job
+    BUSY = "busy"  # running a Gitea job
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+ACTIVE = frozenset({Phase.PENDING, Phase.IDLE, Phase.BUSY})
+
+
+@dataclass(frozen=True, slots=True)
+class Runner:
+    """One runner Job of the group."""
+
+    name: str
+    phase: Phase
+    since_ms: int  # when it entered its phase (creation for PENDING, pod start for IDLE)
+    job_id: int | None = None  # the Gitea job it was started for (None: a warm runner)
+    reason: str = ""  # why it failed, for FAILED
+
+
+def classify(
+    name: str,
+    *,
+    job_id: int | None,
+    created_ms: int,
+    finished: str,
+    reason: str,
+    pod_phases: Sequence[tuple[str, int | None]],
+    busy: bool,
+) -> Runner:
+    """A runner's phase from its Job's finish condition, its Pods' (phase, running-since) and Gitea's word."""
+    if finished == "Complete":
+        return Runner(name, Phase.SUCCEEDED, created_ms, job_id)
+    if finished == "Failed":
+        return Runner(name, Phase.FAILED, created_ms, job_id, reason or "Failed")
+    running = [since for phase, since in pod_phases if phase == "Running"]
+    if busy:
+        return Runner(name, Phase.BUSY, min((s for s in running if s), default=created_ms), job_id)
+    if running:
+        return Runner(name, Phase.IDLE, min((s for s in running if s), default=created_ms), job_id)
+    if any(phase == "Succeeded" for phase, _ in pod_phases):
+        # The runner exited 0 after its one job; the Job's Complete condition follows shortly.
+        return Runner(name, Phase.SUCCEEDED, created_ms, job_id)
+    return Runner(name, Phase.PENDING, created_ms, job_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    """Start a runner, for a queued job (claimed first) or as a warm one (`job_id` None)."""
+
+    job_id: int | None
+    queued_ms: int | None = None
+    stale_claim: str | None = None  # a claim held by a runner that failed or finished: replace it
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """Delete a runner Job."""
+
+    name: str
+    reason: str  # pending_timeout | surplus_idle
+    job_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """The numbers the group's status reports."""
+
+    active: int
+    idle: int
+    queued: int
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to create and delete, what to report, and which failed runners to tell about."""
+
+    create: tuple[Create, ...]
+    delete: tuple[Delete, ...]
+    counts: Counts
+    failed: tuple[Runner, ...]
+
+
+def plan(
+    *,
+    queued: Sequence[QueuedJob],
+    runners: Sequence[Runner],
+    spec: RunnerGroupSpec,
+    now_ms: int,
+    in_flight: int = 0,
+    idle_grace_ms: int = 60_000,
+) -> Plan:
+    """Decide one pass for one group.
+
+    `queued`: the queued jobs assigned to this group; `runners`: its runner Jobs; `in_flight`:
+    runners created (by any replica) that the caller's cache does not show yet.
+    """
+    by_name = {r.name: r for r in runners}
+    active = [r for r in runners if r.phase in ACTIVE]
+    pending_limit = spec.pending_timeout_seconds * 1000
+
+    delete: list[Delete] = []
+    for r in active:
+        if r.phase is Phase.PENDING and now_ms - r.since_ms > pending_limit:
+            delete.append(Delete(r.name, "pending_timeout", r.job_id))
+    reaped = {d.name for d in delete}
+    spare = [r for r in active if r.phase in (Phase.PENDING, Phase.IDLE) and r.name not in reaped]
+    active_count = len(active) - len(reaped) + in_flight
+
+    demand = 0 if spec.suspend else len(queued) + spec.min_idle_runners
+    surplus = len(spare) + in_flight - demand
+    idle = sorted((r for r in spare if r.phase is Phase.IDLE), key=lambda r: (r.since_ms, r.name))
+    for r in idle:
+        if surplus <= 0:
+            break
+        if now_ms - r.since_ms >= idle_grace_ms:
+            delete.append(Delete(r.name, "surplus_idle", r.job_id))
+            active_count -= 1
+            surplus -= 1
+
+    create: list[Create] = []
+    if not spec.suspend:
+        wanted = min(-surplus, spec.max_active_runners - active_count) if surplus < 0 else 0
+        for job in sorted(queued, key=lambda j: (j.queued_ms, j.job_id)):
+            if len(create) >= wanted:
+                break
+            holder = by_name.get(job.claimed_by or "")
+            if job.claimed_by is None:
+                create.append(Create(job.job_id, job.queued_ms))
+            elif (holder is not None and holder.phase not in ACTIVE) or (holder is not None and holder.name in reaped):
+                create.append(Create(job.job_id, job.queued_ms, stale_claim=job.claimed_by))
+        create.extend(Create(None) for _ in range(max(0, wanted - len(create))))
+
+    failed = tuple(r for r in runners if r.phase is Phase.FAILED)
+    counts = Counts(
+        active=max(0, active_count + len(create)),
+        idle=sum(1 for r in spare if r.phase is Phase.IDLE and r.name not in {d.name for d in delete}),
+        queued=len(queued),
+    )
+    return Plan(create=tuple(create), delete=tuple(delete), counts=counts, failed=failed)
+
+
+_SPECIFICITY = {"repo": 3, "org": 2, "user": 2, "global": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """A RunnerGroup as the assignment sees it."""
+
+    namespace: str
+    name: str
+    spec: RunnerGroupSpec
+    label_names: frozenset[str]
+
+
+def covers(spec: RunnerGroupSpec, job: QueuedJob) -> bool:
+    """Whether a group's scope includes the job's repository (names compare case-insensitively)."""
+    if spec.scope == "global":
+        return True
+    if spec.scope == "repo":
+        return job.repo == (spec.repo or "").lower()
+    return job.owner == ((spec.org if spec.scope == "org" else spec.user) or "").lower()
+
+
+def assign(queued: Sequence[QueuedJob], groups: Sequence[GroupView]) -> dict[tuple[str, str], list[QueuedJob]]:
+    """Give every queued job to exactly one group: of those whose scope and labels match and that are
+    not suspended, the most specific scope (repo, then org or user, then global), then the first by
+    namespace and name. A job no group matches is in no list.
+    """
+    ranked = sorted(groups, key=lambda g: (-_SPECIFICITY[g.spec.scope], g.namespace, g.name))
+    out: dict[tuple[str, str], list[QueuedJob]] = {(g.namespace, g.name): [] for g in groups}
+    for job in queued:
+        for g in ranked:
+            if not g.spec.suspend and covers(g.spec, job) and all(lb in g.label_names for lb in job.labels):
+                out[(g.namespace, g.name)].append(job)
+                break
+    return out

@@ -1,0 +1,40 @@
+"""The reconciler's settings: every field documented, read once from `GRS_*` variables in `main()`."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import Field
+
+from webhook_scaler.config import load
+from webhook_scaler.settings import RedisSettings, redis_secret_overrides
+
+
+class Settings(RedisSettings):
+    """The reconciler process's settings."""
+
+    kubeconfig: str | None = Field(None, description="Kubeconfig file; unset = the in-cluster service account.")
+    watch_namespace: str = Field("", description="Namespace of the RunnerGroups to serve; empty = all namespaces.")
+    replica_id: str = Field(default_factory=socket.gethostname, description="This replica's name, for leases.")
+    poll_enabled: bool = Field(True, description="Poll the Gitea API as the fallback for missed webhooks.")
+    poll_interval: float = Field(30.0, ge=1, description="Seconds between polls of each Gitea scope.")
+    poll_jitter: float = Field(0.2, ge=0, le=1, description="Random fraction added to or taken from each interval.")
+    poll_backoff_max: float = Field(300.0, ge=1, description="Longest wait after repeated poll errors.")
+    gitea_timeout: float = Field(10.0, gt=0, description="Seconds before a Gitea API call counts as failed.")
+    claim_ttl: float = Field(300.0, ge=5, description="Seconds a job's claim lasts; then a runner is retried.")
+    resync_interval: float = Field(60.0, ge=1, description="Seconds between full passes with no event at all.")
+    idle_grace: float = Field(60.0, ge=0, description="Seconds an idle surplus runner is kept before deletion.")
+    retry_initial: float = Field(1.0, gt=0, description="First backoff after a transient error, in seconds.")
+    retry_max: float = Field(60.0, gt=0, description="Longest backoff after transient errors, in seconds.")
+    lease_ttl: float = Field(15.0, ge=1, description="Seconds a group's reconcile lease lasts at most.")
+    listen_host: str = Field("0.0.0.0", description="Address of the metrics and health server.")  # noqa: S104
+    listen_port: int = Field(8081, ge=0, le=65535, description="Port of the metrics and health server.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
+    log_format: Literal["json", "text"] = Field("json", description="Log format.")
+
+
+def from_env(environ: Mapping[str, str]) -> Settings:
+    """Parse the reconciler's settings; raise ConfigError naming what is wrong."""
+    return load(Settings, environ, **redis_secret_overrides(environ))

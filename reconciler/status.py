@@ -1,0 +1,83 @@
+"""Pure: the RunnerGroup status a pass wants, with conditions that keep their transition times.
+
+Must not do I/O. The controller writes the result only when it differs from the stored status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from reconciler.crd import RunnerGroupSpec
+from reconciler.plan import Counts, Runner
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One status condition, without its transition time."""
+
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str
+
+
+def _conditions(previous: Mapping[str, Any], wanted: Sequence[Condition], *, now: str, generation: int) -> list[Any]:
+    old = {c.get("type"): c for c in previous.get("conditions") or []}
+    out = []
+    for c in wanted:
+        before = old.get(c.type) or {}
+        since = before.get("lastTransitionTime") if before.get("status") == c.status else None
+        out.append(
+            {
+                "type": c.type,
+                "status": c.status,
+                "reason": c.reason,
+                "message": c.message[:1000],
+                "lastTransitionTime": since or now,
+                "observedGeneration": generation,
+            }
+        )
+    return out
+
+
+def desired_status(
+    *,
+    generation: int,
+    previous: Mapping[str, Any],
+    spec: RunnerGroupSpec | None,
+    counts: Counts | None,
+    now: datetime,
+    invalid: str,
+    gitea: Condition | None,
+    last_poll: str | None,
+    failed: Sequence[Runner],
+) -> dict[str, Any]:
+    """The whole status object for this pass."""
+    stamp = now.isoformat(timespec="seconds").replace("+00:00", "Z")
+    if invalid or spec is None:
+        ready = Condition("Ready", "False", "InvalidSpec", invalid or "invalid spec")
+    elif spec.suspend:
+        ready = Condition("Ready", "True", "Suspended", "suspended: no new runners are started")
+    else:
+        ready = Condition("Ready", "True", "Reconciled", "runners follow the queued jobs")
+    reach = gitea or Condition("GiteaReachable", "Unknown", "NotPolledYet", "no poll of Gitea has finished yet")
+    if failed:
+        latest = ", ".join(f"{r.name} ({r.reason})" for r in failed[:5])
+        health = Condition("RunnersHealthy", "False", "RunnerFailed", f"failed runner Jobs: {latest}")
+    else:
+        health = Condition("RunnersHealthy", "True", "NoFailures", "no failed runner Jobs")
+    status: dict[str, Any] = {
+        "target": spec.target if spec else "",
+        "activeRunners": counts.active if counts else 0,
+        "idleRunners": counts.idle if counts else 0,
+        "queuedJobs": counts.queued if counts else 0,
+        "observedGeneration": generation,
+        "conditions": _conditions(previous, [ready, reach, health], now=stamp, generation=generation),
+    }
+    check = last_poll or previous.get("lastCheckTime")
+    if check:
+        status["lastCheckTime"] = check
+    return status

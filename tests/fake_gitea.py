@@ -1,0 +1,164 @@
+"""An in-process fake of the Gitea Actions API, kept honest against Gitea's own OpenAPI spec.
+
+Every response body it sends is validated against tests/data/gitea/swagger.v1.json (Gitea 1.25.5),
+so it cannot drift from what Gitea really sends. It reproduces the quirks the poller must survive:
+`limit` capped at 50, every row when `page` is omitted, repeatable `status`, 400 on an unknown
+status, and `steps: null` in lists.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from aiohttp import web
+
+DATA = Path(__file__).parent / "data" / "gitea"
+_STATUS_QUERY = {
+    "queued": {"queued"},
+    "in_progress": {"in_progress"},
+    "waiting": {"waiting"},
+    "pending": {"waiting"},
+    "requested": {"waiting"},
+    "action_required": {"waiting"},
+    "completed": {"completed"},
+}
+
+
+def _allow_null_arrays(node: Any) -> Any:
+    # Go renders nil slices as null and Swagger 2.0 cannot say "nullable": accept null for arrays.
+    if isinstance(node, dict):
+        out = {k: _allow_null_arrays(v) for k, v in node.items()}
+        if out.get("type") == "array":
+            out["type"] = ["array", "null"]
+        return out
+    if isinstance(node, list):
+        return [_allow_null_arrays(v) for v in node]
+    return node
+
+
+class SwaggerValidator:
+    """Validates bodies against a definition or a path's 200 response in Gitea's spec."""
+
+    def __init__(self, path: Path = DATA / "swagger.v1.json") -> None:
+        self.spec = _allow_null_arrays(json.loads(path.read_text()))
+
+    def _check(self, schema: dict[str, Any], body: Any) -> None:
+        root: dict[str, Any] = {**self.spec, **schema}
+        jsonschema.Draft4Validator(root).validate(body)
+
+    def response(self, path: str, body: Any) -> None:
+        """Raise jsonschema.ValidationError unless `body` fits GET `path`'s 200 response."""
+        ref = self.spec["paths"][path]["get"]["responses"]["200"]["$ref"].rsplit("/", 1)[1]
+        self._check(self.spec["responses"][ref]["schema"], body)
+
+
+class FakeGitea:
+    """Jobs by repository, served the way Gitea 1.25 serves them."""
+
+    def __init__(self, *, token: str) -> None:
+        self.token = token
+        self.validator = SwaggerValidator()
+        self.jobs: dict[int, dict[str, Any]] = {}
+        self.repos: dict[str, dict[str, Any]] = {}
+        self.requests: Counter[str] = Counter()
+        self.fail_with: int | None = None
+        template = json.loads((DATA / "api-examples" / "repo-actions-jobs.status-queued.v1.25.json").read_text())
+        self._job_template = template["jobs"][0]
+        self._repo_template = json.loads((DATA / "webhooks" / "01-queued.json").read_text())["repository"]
+
+    def add_job(
+        self, job_id: int, *, repo: str, status: str = "queued", labels: list[str] | None = None, attempt: int = 0
+    ) -> dict[str, Any]:
+        """Add or replace a job."""
+        owner, name = repo.split("/")
+        job: dict[str, Any] = copy.deepcopy(self._job_template)
+        job.update(
+            id=job_id,
+            url=f"https://gitea.example.com/api/v1/repos/{owner}/{name}/actions/jobs/{job_id}",
+            status=status,
+            labels=labels if labels is not None else ["ubuntu-latest"],
+            run_attempt=attempt,
+        )
+        self.jobs[job_id] = job
+        if repo not in self.repos:
+            r = copy.deepcopy(self._repo_template)
+            r.update(id=len(self.repos) + 1, name=name, full_name=repo)
+            r["owner"] = {**r["owner"], "login": owner, "username": owner}
+            self.repos[repo] = r
+        return job
+
+    def _repo_of(self, job: dict[str, Any]) -> str:
+        parts = job["url"].split("/repos/", 1)[1].split("/")
+        return f"{parts[0]}/{parts[1]}"
+
+    def app(self) -> web.Application:
+        """The aiohttp application."""
+        app = web.Application()
+        app.router.add_get("/api/v1/repos/{owner}/{repo}/actions/jobs", self._repo_jobs)
+        app.router.add_get("/api/v1/orgs/{org}/actions/jobs", self._org_jobs)
+        app.router.add_get("/api/v1/admin/actions/jobs", self._admin_jobs)
+        app.router.add_get("/api/v1/users/{username}/repos", self._user_repos)
+        return app
+
+    def _auth(self, request: web.Request, endpoint: str) -> web.Response | None:
+        self.requests[endpoint] += 1
+        if request.headers.get("Authorization") not in (f"token {self.token}", f"Bearer {self.token}"):
+            return web.json_response({"message": "token is required"}, status=401)
+        if self.fail_with:
+            return web.json_response({"message": "injected"}, status=self.fail_with)
+        return None
+
+    def _page(self, request: web.Request, rows: list[Any]) -> list[Any]:
+        limit = min(int(request.query.get("limit", "30")), 50)
+        if "page" not in request.query:  # Gitea 1.25's FindAndCount applies LIMIT only when page >= 1
+            return rows
+        page = max(int(request.query["page"]), 1)
+        return rows[(page - 1) * limit : page * limit]
+
+    def _jobs_response(self, request: web.Request, swagger_path: str, repo_filter: Any) -> web.Response:
+        wanted: set[str] = set()
+        for value in request.query.getall("status", []):
+            if value not in _STATUS_QUERY:
+                return web.json_response({"message": f"Invalid status {value}", "url": ""}, status=400)
+            wanted |= _STATUS_QUERY[value]
+        rows = [
+            j for j in self.jobs.values() if repo_filter(self._repo_of(j)) and (not wanted or j["status"] in wanted)
+        ]
+        body = {"jobs": self._page(request, rows), "total_count": len(rows)}
+        self.validator.response(swagger_path, body)
+        return web.json_response(body)
+
+    async def _repo_jobs(self, request: web.Request) -> web.Response:
+        denied = self._auth(request, "repo_jobs")
+        if denied:
+            return denied
+        full = f"{request.match_info['owner']}/{request.match_info['repo']}".lower()
+        return self._jobs_response(request, "/repos/{owner}/{repo}/actions/jobs", lambda r: r.lower() == full)
+
+    async def _org_jobs(self, request: web.Request) -> web.Response:
+        denied = self._auth(request, "org_jobs")
+        if denied:
+            return denied
+        org = request.match_info["org"].lower()
+        return self._jobs_response(request, "/orgs/{org}/actions/jobs", lambda r: r.split("/")[0].lower() == org)
+
+    async def _admin_jobs(self, request: web.Request) -> web.Response:
+        denied = self._auth(request, "admin_jobs")
+        if denied:
+            return denied
+        return self._jobs_response(request, "/admin/actions/jobs", lambda r: True)
+
+    async def _user_repos(self, request: web.Request) -> web.Response:
+        denied = self._auth(request, "user_repos")
+        if denied:
+            return denied
+        user = request.match_info["username"].lower()
+        rows = [r for full, r in self.repos.items() if full.split("/")[0].lower() == user]
+        body = self._page(request, rows)
+        self.validator.response("/users/{username}/repos", body)
+        return web.json_response(body)

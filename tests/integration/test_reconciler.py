@@ -1,0 +1,354 @@
+"""The reconciler against a REAL kube-apiserver + etcd and a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from prometheus_client import CollectorRegistry
+from redis.asyncio import Redis
+
+from reconciler.giteaapi import GiteaClient
+from reconciler.kube import Informer, Kube, api_client, job_from
+from reconciler.loop import Controller
+from reconciler.manifests import GROUP_LABEL, JOB_ID_ANNOTATION
+from reconciler.metrics import Metrics
+from reconciler.settings import Settings
+from tests.fake_gitea import FakeGitea
+from tests.groups import spec_dict
+from tests.jobs import model
+from tests.kube_cluster import KubeCluster, api_request
+from tests.redis_server import RedisServer
+from webhook_scaler.queue import JobStore, JobUpdate
+
+pytestmark = pytest.mark.kube
+API_TOKEN = "gitea-api-token-value"
+REG_TOKEN = "registration-token-value-0123456789abcdef"
+RG = "/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups"
+
+
+def namespace(kube: KubeCluster) -> str:
+    ns = f"t-{uuid.uuid4().hex[:8]}"
+    assert api_request(kube, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}})[0] == 201
+    secret = {
+        "metadata": {"name": "gitea"},
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in {"api": API_TOKEN, "reg": REG_TOKEN}.items()},
+    }
+    assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", secret)[0] == 201
+    return ns
+
+
+def group(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "gitea.bpg.pw/v1alpha1",
+        "kind": "RunnerGroup",
+        "metadata": {"name": name},
+        "spec": spec_dict(**spec),
+    }
+
+
+def create_group(kube: KubeCluster, ns: str, name: str, **spec: Any) -> dict[str, Any]:
+    status, body = api_request(kube, "POST", RG.format(ns=ns), group(name, **spec))
+    assert status == 201, body
+    return body  # type: ignore[no-any-return]
+
+
+def group_status(kube: KubeCluster, ns: str, name: str) -> dict[str, Any]:
+    """A RunnerGroup's status, with `conditions` turned into a dict by type."""
+    _, body = api_request(kube, "GET", RG.format(ns=ns) + "/" + name)
+    status: dict[str, Any] = dict(body.get("status") or {})
+    status["conditions"] = {c["type"]: c for c in status.get("conditions") or []}
+    return status
+
+
+def events(kube: KubeCluster, ns: str, reason: str) -> list[dict[str, Any]]:
+    """The namespace's Events with this reason."""
+    _, body = api_request(kube, "GET", f"/api/v1/namespaces/{ns}/events")
+    return [e for e in body["items"] if e["reason"] == reason]
+
+
+def runner_jobs(kube: KubeCluster, ns: str) -> list[dict[str, Any]]:
+    status, body = api_request(kube, "GET", f"/apis/batch/v1/namespaces/{ns}/jobs")
+    assert status == 200
+    return body["items"]  # type: ignore[no-any-return]
+
+
+async def eventually(check: Callable[[], Any], *, timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"condition not met within {timeout}s (last: {last!r})")
+
+
+@pytest.fixture
+async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:  # a real one only, here
+    client = Redis.from_url(redis_server.url)
+    await client.flushall()
+    yield client
+    await client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def running_controller(kube: KubeCluster, redis_url: str, ns: str, **kw: Any) -> AsyncIterator[Controller]:
+    options: dict[str, Any] = {"poll_enabled": False, "resync_interval": 2, "listen_port": 0} | kw
+    settings = Settings(kubeconfig=str(kube.kubeconfig), redis_url=redis_url, watch_namespace=ns, **options)
+    api = await api_client(settings.kubeconfig)
+    redis = Redis.from_url(redis_url)
+    async with aiohttp.ClientSession() as session:
+        controller = Controller(
+            settings,
+            kube=Kube(api, namespace=ns),
+            store=JobStore(redis),
+            gitea=GiteaClient(session),
+            metrics=Metrics.create(CollectorRegistry()),
+        )
+        task = asyncio.create_task(controller.run())
+        try:
+            yield controller
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            for state in controller.state.values():
+                if state.task:
+                    state.task.cancel()
+    await api.close()
+    await redis.aclose()
+
+
+async def queue(redis: Redis, job_id: int, *, labels: list[str], repo: str = "acme/widgets") -> None:
+    update = JobUpdate.from_payload(model("queued", job_id=job_id, labels=labels, repo=repo))
+    await JobStore(redis).record(update, now_ms=int(time.time() * 1000))
+
+
+# -- the CRD ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        pytest.param({"scope": "org", "org": None}, "spec.org is required", id="org-scope-without-org"),
+        pytest.param({"scope": "repo", "repo": None}, "spec.repo is required", id="repo-scope-without-repo"),
+        pytest.param({"maxActiveRunners": 0}, "maxActiveRunners", id="max-zero"),
+        pytest.param({"scope": "team"}, "scope", id="unknown-scope"),
+        pytest.param({"repo": "no-slash", "scope": "repo"}, "spec.repo", id="repo-not-owner-slash-name"),
+        pytest.param({"minIdleRunners": 5}, "minIdleRunners must not exceed", id="min-idle-above-max"),
+        pytest.param({"gitea": {"url": "ftp://x"}}, "spec.gitea.url", id="bad-url"),
+        pytest.param({"registrationToken": {"secretRef": {"name": "x"}}}, "key", id="secret-ref-without-key"),
+    ],
+)
+def test_invalid_runnergroups_are_rejected_by_the_api_server(
+    kube: KubeCluster, spec: dict[str, Any], message: str
+) -> None:
+    body = group("bad")
+    for key, value in spec.items():
+        if value is None:
+            body["spec"].pop(key, None)
+        else:
+            body["spec"][key] = value
+    status, answer = api_request(kube, "POST", RG.format(ns="default"), body)
+    assert status == 422, answer
+    assert message in answer["message"]
+
+
+def test_valid_runnergroup_gets_defaults(kube: KubeCluster) -> None:
+    ns = namespace(kube)
+    body = create_group(kube, ns, "ok")
+    assert body["spec"]["minIdleRunners"] == 0
+    assert body["spec"]["ttlSecondsAfterFinished"] == 600
+    assert body["spec"]["pendingTimeout"] == "10m"
+    status, _ = api_request(kube, "POST", RG.format(ns=ns), group("x" * 64))
+    assert status == 422
+
+
+# -- the controller ---------------------------------------------------------------------------------
+
+
+async def test_one_runner_per_queued_matching_job_with_the_right_spec(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    ns = namespace(kube)
+    rg = create_group(kube, ns, "builders", defaultLabels=[])
+    await queue(redis, 11, labels=["k8s"])
+    await queue(redis, 12, labels=[])
+    await queue(redis, 13, labels=["gpu"])  # no group has gpu
+    await queue(redis, 14, labels=["k8s"], repo="someone-else/repo")  # outside the org
+    async with running_controller(kube, redis_server.url, ns):
+        jobs = await eventually(lambda: (j := runner_jobs(kube, ns)) and len(j) >= 2 and j)
+        await asyncio.sleep(1)
+        jobs = runner_jobs(kube, ns)
+        assert sorted(j["metadata"]["annotations"][JOB_ID_ANNOTATION] for j in jobs) == ["11", "12"]
+        job = jobs[0]
+        meta, pod = job["metadata"], job["spec"]["template"]["spec"]
+        assert meta["labels"][GROUP_LABEL] == "builders"
+        assert meta["ownerReferences"][0]["uid"] == rg["metadata"]["uid"]
+        assert meta["ownerReferences"][0]["controller"] is True
+        assert job["spec"]["ttlSecondsAfterFinished"] == 600
+        assert pod["restartPolicy"] == "OnFailure" and pod["automountServiceAccountToken"] is False
+        env = {e["name"]: e for e in pod["containers"][0]["env"]}
+        assert env["GITEA_RUNNER_REGISTRATION_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "gitea", "key": "reg"}
+        assert REG_TOKEN not in str(job)
+        assert env["GITEA_RUNNER_NAME"]["value"] == meta["name"]
+        assert env["GITEA_RUNNER_LABELS"]["value"] == "k8s"
+        assert env["GITEA_RUNNER_EPHEMERAL"]["value"] == "true"
+
+        s = await eventually(lambda: (s := group_status(kube, ns, "builders")).get("activeRunners") == 2 and s)
+        assert s["queuedJobs"] == 2 and s["target"] == "acme" and s["observedGeneration"] == 1
+        conds = s["conditions"]
+        assert conds["Ready"]["status"] == "True"
+        assert conds["RunnersHealthy"]["status"] == "True"
+
+        # More demand than slots: never above maxActiveRunners.
+        for i in range(20, 30):
+            await queue(redis, i, labels=["k8s"])
+        await eventually(lambda: len(runner_jobs(kube, ns)) == 3)
+        await asyncio.sleep(1.5)
+        assert len(runner_jobs(kube, ns)) == 3
+        assert events(kube, ns, "RunnerCreated")
+
+
+async def test_two_reconcilers_never_start_two_runners_for_one_job(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    ns = namespace(kube)
+    create_group(kube, ns, "wide", maxActiveRunners=100, labels=[], defaultLabels=[])
+    create_group(kube, ns, "narrow", maxActiveRunners=4, scope="repo", repo="acme/narrow", labels=[], defaultLabels=[])
+    for i in range(1, 31):
+        await queue(redis, i, labels=[])
+    for i in range(100, 110):
+        await queue(redis, i, labels=[], repo="acme/narrow")
+    async with running_controller(kube, redis_server.url, ns), running_controller(kube, redis_server.url, ns):
+        await eventually(lambda: len(runner_jobs(kube, ns)) >= 34, timeout=30)
+        await asyncio.sleep(3)  # several more passes of both replicas
+        jobs = runner_jobs(kube, ns)
+    ids = [j["metadata"]["annotations"][JOB_ID_ANNOTATION] for j in jobs]
+    assert len(ids) == len(set(ids)) == 34
+    narrow = [j for j in jobs if j["metadata"]["labels"][GROUP_LABEL] == "narrow"]
+    assert len(narrow) == 4  # maxActiveRunners held across both replicas
+    assert {int(j["metadata"]["annotations"][JOB_ID_ANNOTATION]) for j in narrow} <= set(range(100, 110))
+
+
+async def test_spec_the_schema_allows_but_the_controller_refuses_is_reported(
+    kube: KubeCluster, redis_server: RedisServer
+) -> None:
+    ns = namespace(kube)
+    create_group(kube, ns, "odd", pendingTimeout="")  # matches the pattern, but is no duration
+    async with running_controller(kube, redis_server.url, ns):
+        cond = await eventually(lambda: group_status(kube, ns, "odd")["conditions"].get("Ready"))
+    assert (cond["status"], cond["reason"]) == ("False", "InvalidSpec")
+    assert "duration" in cond["message"]
+    assert events(kube, ns, "InvalidSpec")
+
+
+async def test_stuck_pending_runner_is_reaped_and_retried(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    ns = namespace(kube)
+    create_group(kube, ns, "slow", pendingTimeout="2s", labels=[], defaultLabels=[])
+    await queue(redis, 77, labels=[])
+    async with running_controller(kube, redis_server.url, ns):
+        first = (await eventually(lambda: runner_jobs(kube, ns)))[0]["metadata"]["name"]
+        # No kubelet here: the Job never gets a running Pod, so it is Pending past the timeout.
+        second = await eventually(
+            lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns) if j["metadata"]["name"] != first], timeout=30
+        )
+    assert second[0].startswith("slow-77-")
+    assert any(first in e["message"] for e in events(kube, ns, "RunnerReaped"))
+
+
+async def test_watch_relists_after_410_gone(kube: KubeCluster) -> None:
+    ns = namespace(kube)
+    api = await api_client(str(kube.kubeconfig))
+    k = Kube(api, namespace=ns)
+    calls = 0
+
+    async def expired_first(**kw: Any) -> Any:
+        nonlocal calls
+        result = await k.batch.list_namespaced_job(ns, **kw)
+        if not kw.get("watch"):
+            calls += 1
+            if calls == 1:  # pretend the list is so old that etcd compacted it away
+                result.metadata.resource_version = "1"
+        return result
+
+    body: dict[str, Any] = {"metadata": {"name": "before"}, "data": {}}
+    for _ in range(3):  # some history, then let the API server compact it away
+        assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/configmaps", body)[0] in (201, 409)
+        await asyncio.sleep(2.5)
+    changed = asyncio.Event()
+    informer = Informer(
+        "jobs",
+        list_fn=expired_first,
+        convert=job_from,
+        sanitize=api.sanitize_for_serialization,
+        on_change=changed.set,
+        backoff=(0.05, 0.1),
+    )
+    task = asyncio.create_task(informer.run())
+    try:
+        await eventually(lambda: informer.relists >= 2, timeout=20)
+        body = {
+            "metadata": {"name": "seen", "labels": {}},
+            "spec": {
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}
+            },
+        }
+        assert api_request(kube, "POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body)[0] == 201
+        await eventually(lambda: (ns, "seen") in informer.items)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await api.close()
+
+
+MakeServer = Callable[[web.Application], Awaitable[TestServer]]
+
+
+async def test_polling_fallback_starts_runners_no_webhook_reported(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis, aiohttp_server: MakeServer
+) -> None:
+    fake = FakeGitea(token=API_TOKEN)
+    server = await aiohttp_server(fake.app())
+    url = str(server.make_url("")).rstrip("/")
+    ns = namespace(kube)
+    create_group(kube, ns, "polled", gitea={"url": url}, labels=[], defaultLabels=[])
+    create_group(kube, ns, "polled-too", gitea={"url": url}, labels=["other"], defaultLabels=[])
+    fake.add_job(501, repo="acme/widgets", labels=[])
+    fake.add_job(502, repo="acme/widgets", labels=[], status="waiting")  # blocked: never demand
+    async with running_controller(kube, redis_server.url, ns, poll_enabled=True, poll_interval=1) as controller:
+        jobs = await eventually(lambda: runner_jobs(kube, ns))
+        assert [j["metadata"]["annotations"][JOB_ID_ANNOTATION] for j in jobs] == ["501"]
+
+        def reached(want: str) -> Any:
+            cond = group_status(kube, ns, "polled")["conditions"].get("GiteaReachable", {})
+            return cond.get("status") == want and cond
+
+        await eventually(lambda: reached("True"))
+        assert group_status(kube, ns, "polled")["lastCheckTime"]
+        polls = controller.passes
+        assert polls > 0
+        # Two groups with one (url, scope, token): one request per poll cycle, not one per group.
+        before = fake.requests["org_jobs"]
+        await controller.poll_once()
+        assert fake.requests["org_jobs"] - before == 1
+        # Gitea goes down: the condition says so; runners already started stay.
+        fake.fail_with = 503
+
+        cond = await eventually(lambda: reached("False"))
+        assert "503" in cond["message"] and API_TOKEN not in str(cond)
+    # The blocked (`waiting`) job was never recorded as demand.
+    assert [j.job_id for j in await JobStore(redis).queued()] == [501]

@@ -1,0 +1,251 @@
+"""A real control plane on loopback for tests: etcd, kube-apiserver and, optionally, the controller manager.
+
+The binaries come from tests/peers/build.sh (built from their Go modules, cached outside the
+repository). There is no kubelet: Pods stay Pending unless a test (or the e2e harness) plays kubelet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO, Any
+
+from tests.redis_server import free_port, wait_port
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "tests" / "peers" / "build.sh"
+ADMIN_TOKEN = "grs-test-admin-token"
+
+
+def peer(name: str) -> Path:
+    """The path of a cached peer binary; a clear error if it has not been built."""
+    path = Path(
+        subprocess.run(["bash", str(BUILD), "--print", name], check=True, capture_output=True, text=True).stdout.strip()
+    )
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"{name} is not built: run `bash tests/peers/build.sh` (or .ci/run) first ({path})")
+    return path
+
+
+class KubeCluster:
+    """etcd + kube-apiserver (+ kube-controller-manager) in one temporary folder."""
+
+    def __init__(self, workdir: Path, *, controller_manager: bool = False) -> None:
+        self.dir = workdir
+        self.controller_manager = controller_manager
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._logs: list[IO[bytes]] = []
+        self.port = free_port()
+        self.kubeconfig = workdir / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        """The API server's URL."""
+        return f"https://127.0.0.1:{self.port}"
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = (self.dir / f"{name}.log").open("wb")
+        self._logs.append(log)
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
+        self.procs.append(proc)
+        return proc
+
+    def start(self) -> None:
+        """Start everything and wait until the API server is ready."""
+        etcd_port, peer_port = free_port(), free_port()
+        self._spawn(
+            "etcd",
+            [
+                str(peer("etcd")),
+                "--name",
+                "default",
+                "--data-dir",
+                str(self.dir / "etcd"),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{etcd_port}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{etcd_port}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer_port}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer_port}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{peer_port}",
+                "--unsafe-no-fsync",
+                "--log-level",
+                "warn",
+            ],
+        )
+        wait_port(etcd_port, timeout=30)
+        key, pub = self.dir / "sa.key", self.dir / "sa.pub"
+        subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
+        subprocess.run(
+            ["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(pub)], check=True, capture_output=True
+        )
+        tokens = self.dir / "tokens.csv"
+        tokens.write_text(f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n')
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(peer("kube-apiserver")),
+                "--etcd-servers",
+                f"http://127.0.0.1:{etcd_port}",
+                "--bind-address",
+                "127.0.0.1",
+                "--advertise-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(self.port),
+                "--cert-dir",
+                str(self.dir / "certs"),
+                "--service-account-issuer",
+                "https://kubernetes.default.svc.cluster.local",
+                "--service-account-key-file",
+                str(pub),
+                "--service-account-signing-key-file",
+                str(key),
+                "--token-auth-file",
+                str(tokens),
+                "--authorization-mode",
+                "RBAC",
+                "--service-cluster-ip-range",
+                "10.96.0.0/24",
+                "--allow-privileged=true",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                # Compact etcd often, so that watches from old resourceVersions really get 410 Gone.
+                "--etcd-compaction-interval=2s",
+                # ...and serve Job watches from etcd itself, which answers a compacted revision with 410.
+                "--watch-cache-sizes=jobs.batch#0",
+            ],
+        )
+        self._wait_ready()
+        self._write_kubeconfig()
+        if self.controller_manager:
+            self._spawn(
+                "kube-controller-manager",
+                [
+                    str(peer("kube-controller-manager")),
+                    "--kubeconfig",
+                    str(self.kubeconfig),
+                    "--authentication-kubeconfig",
+                    str(self.kubeconfig),
+                    "--authorization-kubeconfig",
+                    str(self.kubeconfig),
+                    "--service-account-private-key-file",
+                    str(key),
+                    "--root-ca-file",
+                    str(self.dir / "certs" / "apiserver.crt"),
+                    "--use-service-account-credentials=false",
+                    "--controllers",
+                    "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle",
+                    "--leader-elect=false",
+                    "--bind-address",
+                    "127.0.0.1",
+                    "--secure-port",
+                    str(free_port()),
+                ],
+            )
+
+    def _wait_ready(self, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        last = ""
+        while time.monotonic() < deadline:
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{proc.args!r} exited: see {self.dir}/*.log")
+            req = urllib.request.Request(f"{self.server}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+            try:
+                with urllib.request.urlopen(req, context=ctx, timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError as exc:
+                last = str(exc)
+            time.sleep(0.25)
+        raise TimeoutError(f"kube-apiserver not ready after {timeout}s: {last}")
+
+    def _write_kubeconfig(self) -> None:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "test",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority": str(self.dir / "certs" / "apiserver.crt"),
+                    },
+                }
+            ],
+            "users": [{"name": "admin", "user": {"token": ADMIN_TOKEN}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
+            "current-context": "test",
+        }
+        self.kubeconfig.write_text(json.dumps(config))
+
+    def write_kubeconfig_for(self, path: Path, *, token: str) -> Path:
+        """A kubeconfig for another identity (e.g. a ServiceAccount token) on this cluster."""
+        config = json.loads(self.kubeconfig.read_text())
+        config["users"] = [{"name": "admin", "user": {"token": token}}]
+        path.write_text(json.dumps(config))
+        return path
+
+    def stop(self) -> None:
+        """Stop every process, newest first."""
+        for proc in reversed(self.procs):
+            proc.terminate()
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for log in self._logs:
+            log.close()
+        self.procs.clear()
+
+
+def api_request(
+    cluster: KubeCluster, method: str, path: str, body: Any = None, *, token: str = ADMIN_TOKEN
+) -> tuple[int, Any]:
+    """One synchronous API call (for fixtures): (status, decoded body)."""
+    ctx = ssl.create_default_context(cafile=str(cluster.dir / "certs" / "apiserver.crt"))
+    ctx.check_hostname = False
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(
+        cluster.server + path,
+        data=data,
+        method=method,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+
+
+def apply_crd(cluster: KubeCluster, crd: dict[str, Any], *, timeout: float = 30) -> None:
+    """Create a CRD and wait until it is Established."""
+    name = crd["metadata"]["name"]
+    status, body = api_request(cluster, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    if status not in (201, 409):
+        raise RuntimeError(f"CRD {name} not created: {status} {body}")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _, got = api_request(cluster, "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        conds = {c["type"]: c["status"] for c in (got.get("status") or {}).get("conditions") or []}
+        spec = crd["spec"]
+        list_path = f"/apis/{spec['group']}/{spec['versions'][0]['name']}/{spec['names']['plural']}"
+        if conds.get("Established") == "True" and api_request(cluster, "GET", list_path)[0] == 200:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"CRD {name} not established")

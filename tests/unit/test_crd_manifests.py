@@ -1,0 +1,125 @@
+"""The CRD file matches the model; runner Job manifests keep their invariants."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reconciler.crd import RunnerGroupSpec, crd, parse_duration
+from reconciler.manifests import JOB_ID_ANNOTATION, GroupRef, build_job, is_dind, job_name
+from tests import groups
+
+ROOT = Path(__file__).resolve().parents[2]
+REF = GroupRef(namespace="ci", name="builders", uid="0000-1111")
+
+
+def spec(**kw: Any) -> RunnerGroupSpec:
+    return groups.spec(**({"scope": "repo", "org": None, "repo": "acme/widgets"} | kw))
+
+
+def test_crd_file_is_generated_from_the_model() -> None:
+    text = (ROOT / "deploy" / "crds" / "gitea.bpg.pw_runnergroups.yaml").read_text()
+    assert yaml.safe_load(text) == crd(), "run: python -m reconciler.crd > deploy/crds/gitea.bpg.pw_runnergroups.yaml"
+
+
+def test_crd_schema_has_every_spec_field() -> None:
+    props = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    aliases = {f.alias or name for name, f in RunnerGroupSpec.model_fields.items()}
+    assert set(props) == aliases
+    assert props["podTemplate"]["x-kubernetes-preserve-unknown-fields"] is True
+
+
+def test_every_example_is_a_valid_runnergroup() -> None:
+    examples = sorted((ROOT / "deploy" / "examples").glob("runnergroup-*.yaml"))
+    assert {p.name for p in examples} >= {f"runnergroup-{s}.yaml" for s in ("global", "org", "user", "repo")}
+    for path in examples:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "RunnerGroup":
+                RunnerGroupSpec.model_validate(doc["spec"])
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("10m", 600), ("1h30m", 5400), ("2h", 7200)])
+def test_durations(text: str, seconds: int) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "10", "1d", "m10"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
+
+
+def test_job_manifest_invariants() -> None:
+    s = spec(
+        podTemplate={
+            "metadata": {"labels": {"team": "infra"}},
+            "spec": {
+                "restartPolicy": "Always",
+                "automountServiceAccountToken": True,
+                "nodeSelector": {"pool": "ci"},
+                "containers": [
+                    {
+                        "name": "runner",
+                        "image": "ignored",
+                        "env": [
+                            {"name": "GITEA_RUNNER_REGISTRATION_TOKEN", "value": "literal-token-must-go"},
+                            {"name": "EXTRA", "value": "kept"},
+                        ],
+                        "resources": {"limits": {"cpu": "2"}},
+                    },
+                    {"name": "sidecar", "image": "busybox"},
+                ],
+            },
+        }
+    )
+    job = build_job(REF, s, name="builders-7-ab12", job_id=7, queued_ms=123)
+    pod = job["spec"]["template"]["spec"]
+    runner = pod["containers"][0]
+    assert pod["restartPolicy"] == "OnFailure" and pod["automountServiceAccountToken"] is False
+    assert pod["nodeSelector"] == {"pool": "ci"} and pod["containers"][1]["name"] == "sidecar"
+    assert runner["image"] == s.image and runner["resources"] == {"limits": {"cpu": "2"}}
+    assert runner["securityContext"] == {"privileged": True}  # the default image is dind
+    env = {e["name"]: e for e in runner["env"]}
+    assert env["GITEA_RUNNER_REGISTRATION_TOKEN"] == {
+        "name": "GITEA_RUNNER_REGISTRATION_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "gitea", "key": "reg"}},
+    }
+    assert "literal-token-must-go" not in json.dumps(job)
+    assert env["EXTRA"]["value"] == "kept"
+    assert env["GITEA_RUNNER_NAME"]["value"] == "builders-7-ab12"
+    assert env["GITEA_RUNNER_LABELS"]["value"].startswith("k8s,ubuntu-latest:docker://")
+    meta = job["metadata"]
+    assert meta["annotations"][JOB_ID_ANNOTATION] == "7"
+    assert meta["ownerReferences"] == [
+        {
+            "apiVersion": "gitea.bpg.pw/v1alpha1",
+            "kind": "RunnerGroup",
+            "name": "builders",
+            "uid": "0000-1111",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    assert job["spec"]["template"]["metadata"]["labels"]["team"] == "infra"
+    assert job["spec"]["backoffLimit"] <= 3 and job["spec"]["ttlSecondsAfterFinished"] == 600
+
+
+def test_privileged_only_for_dind_images() -> None:
+    plain = build_job(REF, spec(image="docker.io/gitea/act_runner:0.2.13"), name="n", job_id=None)
+    assert "securityContext" not in plain["spec"]["template"]["spec"]["containers"][0]
+    assert is_dind("gitea/act_runner:nightly-dind-rootless")
+    assert not is_dind("registry.dind.example/act_runner:1")
+
+
+@given(group=st.text(min_size=1, max_size=253), suffix=st.text(min_size=1, max_size=20))
+def test_job_names_are_always_valid_dns_labels(group: str, suffix: str) -> None:
+    name = job_name(group, suffix)
+    assert len(name) <= 63
+    assert name[0].isalnum() and name[-1].isalnum()
+    assert all(c.islower() or c.isdigit() or c == "-" for c in name)

@@ -1,0 +1,254 @@
+"""plan(): a table of situations, and properties over random ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reconciler.crd import RunnerGroupSpec
+from reconciler.plan import ACTIVE, Create, Delete, Phase, Runner, plan
+from tests.groups import spec
+from webhook_scaler.queue import QueuedJob
+
+NOW = 1_000_000
+
+
+def job(job_id: int, *, claimed_by: str | None = None, queued_ms: int | None = None) -> QueuedJob:
+    return QueuedJob(
+        job_id=job_id,
+        labels=(),
+        owner="acme",
+        repo="acme/w",
+        name="build",
+        run_id=1,
+        attempt=0,
+        queued_ms=queued_ms if queued_ms is not None else job_id,
+        claimed_by=claimed_by,
+    )
+
+
+def runner(name: str, phase: Phase, *, since: int = NOW - 1000, job_id: int | None = None) -> Runner:
+    return Runner(name=name, phase=phase, since_ms=since, job_id=job_id)
+
+
+@pytest.mark.parametrize(
+    ("queued", "runners", "kw", "creates", "deletes"),
+    [
+        pytest.param([], [], {}, [], [], id="nothing-queued-nothing-running"),
+        pytest.param([job(1), job(2)], [], {}, [Create(1, 1), Create(2, 2)], [], id="one-runner-per-job"),
+        pytest.param(
+            [job(i) for i in range(1, 6)], [], {}, [Create(1, 1), Create(2, 2), Create(3, 3)], [], id="clamped-to-max"
+        ),
+        pytest.param(
+            [job(1, claimed_by="r1")],
+            [runner("r1", Phase.PENDING, job_id=1)],
+            {},
+            [],
+            [],
+            id="covered-by-its-pending-runner",
+        ),
+        pytest.param([job(1, claimed_by="r1")], [], {"in_flight": 1}, [], [], id="covered-by-unseen-runner"),
+        pytest.param(
+            [job(1, claimed_by="r1"), job(2)],
+            [runner("r1", Phase.BUSY, job_id=1)],
+            {},
+            [Create(2, 2), Create(None)],
+            [],
+            id="runner-took-another-job-so-one-more",
+        ),
+        pytest.param(
+            [job(1, claimed_by="r1")],
+            [runner("r1", Phase.FAILED, job_id=1)],
+            {},
+            [Create(1, 1, stale_claim="r1")],
+            [],
+            id="failed-runner-frees-slot-and-claim",
+        ),
+        pytest.param(
+            [job(1)],
+            [runner("b1", Phase.BUSY), runner("b2", Phase.BUSY), runner("b3", Phase.BUSY)],
+            {},
+            [],
+            [],
+            id="full-of-busy-runners",
+        ),
+        pytest.param(
+            [job(1)],
+            [runner(f"f{i}", Phase.FAILED) for i in range(5)],
+            {},
+            [Create(1, 1)],
+            [],
+            id="failed-runners-hold-no-slot",
+        ),
+        pytest.param(
+            [],
+            [runner("p", Phase.PENDING, since=NOW - 601_000, job_id=7)],
+            {},
+            [],
+            [Delete("p", "pending_timeout", 7)],
+            id="reap-stuck-pending",
+        ),
+        pytest.param(
+            [job(7, claimed_by="p")],
+            [runner("p", Phase.PENDING, since=NOW - 601_000, job_id=7)],
+            {},
+            [Create(7, 7, stale_claim="p")],
+            [Delete("p", "pending_timeout", 7)],
+            id="reap-and-retry",
+        ),
+        pytest.param(
+            [],
+            [runner("i", Phase.IDLE, since=NOW - 61_000)],
+            {},
+            [],
+            [Delete("i", "surplus_idle")],
+            id="surplus-idle-deleted-after-grace",
+        ),
+        pytest.param([], [runner("i", Phase.IDLE, since=NOW - 1_000)], {}, [], [], id="idle-within-grace-kept"),
+        pytest.param([], [runner("p", Phase.PENDING)], {}, [], [], id="pending-never-surplus-deleted"),
+        pytest.param([], [], {"spec": {"minIdleRunners": 2}}, [Create(None), Create(None)], [], id="warm-pool"),
+        pytest.param(
+            [], [runner("i", Phase.IDLE, since=0)], {"spec": {"minIdleRunners": 1}}, [], [], id="warm-runner-kept"
+        ),
+        pytest.param([job(1)], [], {"spec": {"suspend": True}}, [], [], id="suspended"),
+        pytest.param(
+            [job(1), job(2)],
+            [runner("i", Phase.IDLE, since=0)],
+            {},
+            [Create(1, 1)],
+            [],
+            id="idle-runner-counts-toward-demand",
+        ),
+        pytest.param(
+            [job(2, queued_ms=5), job(1, queued_ms=9)],
+            [],
+            {"spec": {"maxActiveRunners": 1}},
+            [Create(2, 5)],
+            [],
+            id="oldest-first",
+        ),
+    ],
+)
+def test_plan_table(
+    queued: list[QueuedJob], runners: list[Runner], kw: dict[str, Any], creates: list[Create], deletes: list[Delete]
+) -> None:
+    extra = {k: v for k, v in kw.items() if k != "spec"}
+    result = plan(queued=queued, runners=runners, spec=spec(**kw.get("spec", {})), now_ms=NOW, **extra)
+    assert list(result.create) == creates
+    assert list(result.delete) == deletes
+
+
+def test_counts() -> None:
+    result = plan(
+        queued=[job(1), job(2)],
+        runners=[runner("a", Phase.IDLE), runner("b", Phase.BUSY), runner("c", Phase.FAILED)],
+        spec=spec(),
+        now_ms=NOW,
+    )
+    assert (result.counts.active, result.counts.idle, result.counts.queued) == (3, 1, 2)
+    assert [r.name for r in result.failed] == ["c"]
+
+
+phases = st.sampled_from(list(Phase))
+
+
+@st.composite
+def situations(draw: st.DrawFn) -> tuple[list[QueuedJob], list[Runner], RunnerGroupSpec, int]:
+    n_runners = draw(st.integers(0, 8))
+    runners = [
+        runner(f"r{i}", draw(phases), since=draw(st.integers(0, NOW)), job_id=draw(st.none() | st.integers(1, 12)))
+        for i in range(n_runners)
+    ]
+    names = [r.name for r in runners] + ["ghost"]
+    ids = draw(st.lists(st.integers(1, 12), unique=True, max_size=10))
+    queued = [job(i, claimed_by=draw(st.none() | st.sampled_from(names))) for i in ids]
+    maximum = draw(st.integers(1, 6))
+    s = spec(
+        maxActiveRunners=maximum,
+        minIdleRunners=draw(st.integers(0, maximum)),
+        suspend=draw(st.booleans()),
+        pendingTimeout=draw(st.sampled_from(["1m", "10m"])),
+    )
+    return queued, runners, s, draw(st.integers(0, 3))
+
+
+@settings(max_examples=400, deadline=None)
+@given(situation=situations())
+def test_properties(situation: tuple[list[QueuedJob], list[Runner], RunnerGroupSpec, int]) -> None:
+    queued, runners, s, in_flight = situation
+    result = plan(queued=queued, runners=runners, spec=s, now_ms=NOW, in_flight=in_flight)
+    active = sum(1 for r in runners if r.phase in ACTIVE) + in_flight
+    after = active - len(result.delete) + len(result.create)
+    # Never above the max, unless it already was, and then it never grows.
+    assert after <= max(s.max_active_runners, active)
+    if active >= s.max_active_runners:
+        assert after <= active
+    # Never two runners for one job, and never one for a job a live runner already claimed.
+    job_ids = [c.job_id for c in result.create if c.job_id is not None]
+    assert len(job_ids) == len(set(job_ids))
+    live = {r.name for r in runners if r.phase in ACTIVE} - {d.name for d in result.delete}
+    claimed_live = {j.job_id for j in queued if j.claimed_by in live}
+    assert not claimed_live & set(job_ids)
+    # Only our own runners are deleted, each once; busy ones never.
+    deleted = [d.name for d in result.delete]
+    assert len(deleted) == len(set(deleted))
+    assert all(r.phase is not Phase.BUSY for r in runners if r.name in deleted)
+    # Stable: the same input gives the same plan.
+    assert plan(queued=queued, runners=runners, spec=s, now_ms=NOW, in_flight=in_flight) == result
+    if s.suspend:
+        assert not result.create
+
+
+def view(name: str, ns: str = "ci", labels: tuple[str, ...] = ("k8s",), **kw: Any) -> Any:
+    from reconciler.labels import effective_labels, names
+    from reconciler.plan import GroupView
+
+    s = spec(**kw)
+    return GroupView(namespace=ns, name=name, spec=s, label_names=names(effective_labels(labels, s.default_labels)))
+
+
+def test_assign_prefers_most_specific_scope_then_name() -> None:
+    from reconciler.plan import assign
+
+    groups = [
+        view("global", scope="global"),
+        view("org-b", scope="org", org="acme"),
+        view("org-a", scope="org", org="ACME"),
+        view("repo", scope="repo", repo="acme/w"),
+        view("other-repo", scope="repo", repo="acme/x"),
+    ]
+    out = assign([job(1)], groups)
+    assert {k[1]: [j.job_id for j in v] for k, v in out.items()} == {
+        "global": [],
+        "org-b": [],
+        "org-a": [],
+        "repo": [1],
+        "other-repo": [],
+    }
+    out = assign([job(2)], [g for g in groups if g.name != "repo"])
+    assert out[("ci", "org-a")] == [job(2)]
+
+
+def test_assign_skips_suspended_and_non_matching_labels() -> None:
+    from dataclasses import replace
+
+    from reconciler.plan import assign
+
+    gpu = replace(job(3), labels=("gpu",))
+    groups = [
+        view("repo", scope="repo", repo="acme/w", suspend=True),
+        view("org", scope="org", org="acme"),
+        view("gpu", scope="global", labels=("gpu",)),
+    ]
+    out = assign([job(1), gpu], groups)
+    assert [j.job_id for j in out[("ci", "org")]] == [1]
+    assert [j.job_id for j in out[("ci", "gpu")]] == [3]
+    assert out[("ci", "repo")] == []
+    assert assign([replace(job(4), labels=("nothing-has-this",))], groups) == {
+        ("ci", "repo"): [],
+        ("ci", "org"): [],
+        ("ci", "gpu"): [],
+    }
