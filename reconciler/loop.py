@@ -357,13 +357,19 @@ class Controller:
             await informer.synced.wait()
         delay = self.settings.poll_interval
         while True:
-            ok = await self.poll_once()
-            delay = self.settings.poll_interval if ok else min(max(delay * 2, 5.0), self.settings.poll_backoff_max)
+            retry_after = await self.poll_once()
+            if retry_after is None:
+                delay = self.settings.poll_interval
+            else:  # back off on errors, and at least as long as a 429's Retry-After asks
+                delay = min(max(delay * 2, 5.0, retry_after), self.settings.poll_backoff_max)
             jitter = 1 + self.settings.poll_jitter * (2 * random.random() - 1)
             await asyncio.sleep(delay * jitter)
 
-    async def poll_once(self) -> bool:
-        """Poll each distinct (Gitea URL, scope, token) once and reconcile Redis with what Gitea lists."""
+    async def poll_once(self) -> float | None:
+        """Poll each distinct (Gitea URL, scope, token) once and reconcile Redis with what Gitea lists.
+
+        Returns None if every poll succeeded, else the longest Retry-After Gitea asked for (0 if none).
+        """
         scopes: dict[PollScope, list[GroupObject]] = {}
         for group, spec, _ in self.views():
             if spec is None:
@@ -379,9 +385,10 @@ class Controller:
             scopes.setdefault(PollScope(spec.gitea.url, spec.scope, target, token), []).append(group)
         results = await asyncio.gather(*(self._poll_scope(s, gs) for s, gs in scopes.items()))
         self.wake.set()
-        return all(results)
+        failures = [r for r in results if r is not None]
+        return max(failures) if failures else None
 
-    async def _poll_scope(self, scope: PollScope, groups: list[GroupObject]) -> bool:
+    async def _poll_scope(self, scope: PollScope, groups: list[GroupObject]) -> float | None:
         started_ms = self.now_ms()
         try:
             polled = await self.gitea.jobs(scope)
@@ -393,16 +400,16 @@ class Controller:
                 redis_scope, updates, polled_since_ms=started_ms, now_ms=self.now_ms()
             )
             condition = Condition("GiteaReachable", "True", "PollSucceeded", f"{len(polled)} queued or running job(s)")
-            ok = True
+            failure: float | None = None
             if added or dropped:
                 log.info("poll healed redis", extra={"scope": repr(scope), "added": added, "dropped": dropped})
         except GiteaError as exc:
             condition = Condition("GiteaReachable", "False", "PollFailed", str(exc))
-            ok = False
+            failure = exc.retry_after
             log.warning("poll failed", extra={"scope": repr(scope), "error": str(exc), "status": exc.status})
         checked = self._now().isoformat(timespec="seconds").replace("+00:00", "Z")
         for group in groups:
             state = self.state.setdefault((group.namespace, group.name), GroupState())
             state.gitea = condition
             state.last_poll = checked
-        return ok
+        return failure

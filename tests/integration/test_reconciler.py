@@ -8,6 +8,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -352,3 +353,17 @@ async def test_polling_fallback_starts_runners_no_webhook_reported(
         assert "503" in cond["message"] and API_TOKEN not in str(cond)
     # The blocked (`waiting`) job was never recorded as demand.
     assert [j.job_id for j in await JobStore(redis).queued()] == [501]
+
+
+def test_every_example_applies_to_the_api_server(kube: KubeCluster) -> None:
+    import yaml
+
+    ns = namespace(kube)
+    root = Path(__file__).resolve().parents[2] / "deploy" / "examples"
+    for path in sorted(root.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc["kind"] == "RunnerGroup":
+                status, body = api_request(kube, "POST", RG.format(ns=ns), doc)
+            else:
+                status, body = api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", doc)
+            assert status == 201, (path.name, body)
