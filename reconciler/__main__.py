@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 
 import aiohttp
 from aiohttp import web
@@ -50,13 +51,17 @@ def health_app(controller: Controller, registry: CollectorRegistry) -> web.Appli
 
 async def serve(settings: Settings) -> None:
     """Run the controller and its health server until SIGTERM or SIGINT."""
+    try:
+        api = await api_client(settings.kubeconfig)
+    except Exception as exc:
+        print(f"reconciler: cannot load the Kubernetes configuration: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     password = settings.redis_password.get_secret_value() if settings.redis_password else None
     redis = connect(settings.redis_url, password=password, timeout=max(settings.redis_timeout, 6.0))
     ttls = Ttls(job=settings.job_ttl, completed=settings.completed_ttl, delivery=settings.delivery_ttl)
     store = JobStore(redis, prefix=settings.redis_prefix, ttls=ttls)
     registry = CollectorRegistry()
     metrics = Metrics.create(registry)
-    api = await api_client(settings.kubeconfig)
     async with aiohttp.ClientSession() as session:
         gitea = GiteaClient(
             session,

@@ -103,9 +103,9 @@ async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:  # a real on
 
 
 @contextlib.asynccontextmanager
-async def running_controller(kube: KubeCluster, redis_url: str, ns: str, **kw: Any) -> AsyncIterator[Controller]:
+async def running_controller(kubeconfig: Path, redis_url: str, ns: str, **kw: Any) -> AsyncIterator[Controller]:
     options: dict[str, Any] = {"poll_enabled": False, "resync_interval": 2, "listen_port": 0} | kw
-    settings = Settings(kubeconfig=str(kube.kubeconfig), redis_url=redis_url, watch_namespace=ns, **options)
+    settings = Settings(kubeconfig=str(kubeconfig), redis_url=redis_url, watch_namespace=ns, **options)
     api = await api_client(settings.kubeconfig)
     redis = Redis.from_url(redis_url)
     async with aiohttp.ClientSession() as session:
@@ -187,7 +187,7 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
     await queue(redis, 12, labels=[])
     await queue(redis, 13, labels=["gpu"])  # no group has gpu
     await queue(redis, 14, labels=["k8s"], repo="someone-else/repo")  # outside the org
-    async with running_controller(kube, redis_server.url, ns):
+    async with running_controller(kube.kubeconfig, redis_server.url, ns):
         jobs = await eventually(lambda: (j := runner_jobs(kube, ns)) and len(j) >= 2 and j)
         await asyncio.sleep(1)
         jobs = runner_jobs(kube, ns)
@@ -231,7 +231,10 @@ async def test_two_reconcilers_never_start_two_runners_for_one_job(
         await queue(redis, i, labels=[])
     for i in range(100, 110):
         await queue(redis, i, labels=[], repo="acme/narrow")
-    async with running_controller(kube, redis_server.url, ns), running_controller(kube, redis_server.url, ns):
+    async with (
+        running_controller(kube.kubeconfig, redis_server.url, ns),
+        running_controller(kube.kubeconfig, redis_server.url, ns),
+    ):
         await eventually(lambda: len(runner_jobs(kube, ns)) >= 34, timeout=30)
         await asyncio.sleep(3)  # several more passes of both replicas
         jobs = runner_jobs(kube, ns)
@@ -247,7 +250,7 @@ async def test_spec_the_schema_allows_but_the_controller_refuses_is_reported(
 ) -> None:
     ns = namespace(kube)
     create_group(kube, ns, "odd", pendingTimeout="")  # matches the pattern, but is no duration
-    async with running_controller(kube, redis_server.url, ns):
+    async with running_controller(kube.kubeconfig, redis_server.url, ns):
         cond = await eventually(lambda: group_status(kube, ns, "odd")["conditions"].get("Ready"))
     assert (cond["status"], cond["reason"]) == ("False", "InvalidSpec")
     assert "duration" in cond["message"]
@@ -260,7 +263,7 @@ async def test_stuck_pending_runner_is_reaped_and_retried(
     ns = namespace(kube)
     create_group(kube, ns, "slow", pendingTimeout="2s", labels=[], defaultLabels=[])
     await queue(redis, 77, labels=[])
-    async with running_controller(kube, redis_server.url, ns):
+    async with running_controller(kube.kubeconfig, redis_server.url, ns):
         first = (await eventually(lambda: runner_jobs(kube, ns)))[0]["metadata"]["name"]
         # No kubelet here: the Job never gets a running Pod, so it is Pending past the timeout.
         second = await eventually(
@@ -330,7 +333,9 @@ async def test_polling_fallback_starts_runners_no_webhook_reported(
     create_group(kube, ns, "polled-too", gitea={"url": url}, labels=["other"], defaultLabels=[])
     fake.add_job(501, repo="acme/widgets", labels=[])
     fake.add_job(502, repo="acme/widgets", labels=[], status="waiting")  # blocked: never demand
-    async with running_controller(kube, redis_server.url, ns, poll_enabled=True, poll_interval=1) as controller:
+    async with running_controller(
+        kube.kubeconfig, redis_server.url, ns, poll_enabled=True, poll_interval=1
+    ) as controller:
         jobs = await eventually(lambda: runner_jobs(kube, ns))
         assert [j["metadata"]["annotations"][JOB_ID_ANNOTATION] for j in jobs] == ["501"]
 
