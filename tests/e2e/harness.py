@@ -1,0 +1,193 @@
+"""End-to-end harness: a real Gitea (built from its Go module, sqlite) and our two real processes.
+
+TEST HARNESS ONLY. It starts Gitea with Actions on and webhooks allowed to loopback, creates an
+admin, a token, an org and a repository through Gitea's own CLI and API, and runs `webhook-scaler`
+and `reconciler` as real processes with real configuration (environment variables).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO, Any
+
+from tests.kube_cluster import peer
+from tests.redis_server import free_port, wait_port
+
+ADMIN = "root"
+PASSWORD = "Passw0rd-Passw0rd"
+
+
+class Gitea:
+    """One Gitea instance in a temporary folder."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.token = ""
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def _cli(self, *args: str) -> str:
+        done = subprocess.run(
+            [str(peer("gitea")), *args, "-c", str(self.dir / "app.ini")],
+            env={**os.environ, "GITEA_WORK_DIR": str(self.dir)},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    def start(self) -> None:
+        """Write app.ini, start the server, and make an admin with an API token."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "app.ini").write_text(f"""APP_NAME = e2e
+RUN_MODE = prod
+WORK_PATH = {self.dir}
+; CI runs as root; Gitea refuses that unless told.
+I_AM_BEING_UNSAFE_RUNNING_AS_ROOT = true
+[server]
+HTTP_ADDR = 127.0.0.1
+HTTP_PORT = {self.port}
+ROOT_URL = {self.url}/
+DISABLE_SSH = true
+OFFLINE_MODE = true
+STATIC_ROOT_PATH = {peer("gitea-share")}
+[database]
+DB_TYPE = sqlite3
+PATH = {self.dir}/data/gitea.db
+[repository]
+ROOT = {self.dir}/repos
+[security]
+INSTALL_LOCK = true
+SECRET_KEY = {secrets.token_hex(16)}
+[actions]
+ENABLED = true
+[webhook]
+ALLOWED_HOST_LIST = loopback
+DELIVER_TIMEOUT = 5
+[log]
+MODE = file
+LEVEL = Info
+ROOT_PATH = {self.dir}/log
+[service]
+DISABLE_REGISTRATION = true
+[cron.update_checker]
+ENABLED = false
+""")
+        self._log = (self.dir / "gitea.out").open("wb")
+        self.proc = subprocess.Popen(
+            [str(peer("gitea")), "web", "-c", str(self.dir / "app.ini")],
+            env={**os.environ, "GITEA_WORK_DIR": str(self.dir)},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gitea exited: see {self.dir}/gitea.out")
+            try:
+                with urllib.request.urlopen(f"{self.url}/api/v1/version", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.2)
+        self._cli(
+            "admin",
+            "user",
+            "create",
+            "--admin",
+            "--username",
+            ADMIN,
+            "--password",
+            PASSWORD,
+            "--email",
+            "root@example.com",
+            "--must-change-password=false",
+        )
+        self.token = self._cli(
+            "admin",
+            "user",
+            "generate-access-token",
+            "--username",
+            ADMIN,
+            "--token-name",
+            "e2e",
+            "--scopes",
+            "all",
+            "--raw",
+        ).splitlines()[-1]
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        """One API call as the admin; raises for a non-2xx answer."""
+        req = urllib.request.Request(
+            f"{self.url}/api/v1{path}",
+            method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as err:
+            raise RuntimeError(f"{method} {path}: {err.code} {err.read()[:300]!r}") from None
+        return json.loads(raw) if raw else None
+
+    def push_file(self, repo: str, path: str, content: str, *, message: str) -> None:
+        """Commit one file to the default branch through the API (a push, as far as Actions care)."""
+        self.api(
+            "POST",
+            f"/repos/{repo}/contents/{path}",
+            {"content": base64.b64encode(content.encode()).decode(), "message": message},
+        )
+
+    def stop(self) -> None:
+        """Stop the server."""
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+            self.proc = None
+        if self._log:
+            self._log.close()
+
+
+class Service:
+    """One of our processes, run as users run it: its console script and GRS_* variables."""
+
+    def __init__(self, name: str, env: dict[str, str], workdir: Path) -> None:
+        self.name = name
+        self.env = env
+        self.dir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def start(self, *, port: int | None = None) -> None:
+        """Start it, and wait for its port if it has one."""
+        self._log = (self.dir / f"{self.name}.log").open("ab")
+        binary = Path(sys.executable).parent / self.name
+        self.proc = subprocess.Popen(
+            [str(binary)], env={**os.environ, **self.env}, stdout=self._log, stderr=subprocess.STDOUT
+        )
+        if port:
+            wait_port(port, timeout=30)
+
+    def stop(self) -> None:
+        """SIGTERM, and wait."""
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+            self.proc = None
+        if self._log:
+            self._log.close()
+
+    def log(self) -> str:
+        """What it logged so far."""
+        return (self.dir / f"{self.name}.log").read_text(errors="replace")
