@@ -138,6 +138,7 @@ class Controller:
     async def reconcile_all(self) -> None:
         """Read demand once, give each queued job to one group, and start each group's pass."""
         self.passes += 1
+        started = time.perf_counter()
         views = self.views()
         valid = [
             GroupView(g.namespace, g.name, spec, names(effective_labels(spec.labels, spec.default_labels)))
@@ -155,6 +156,7 @@ class Controller:
             state = self.state.pop(key)
             if state.task is not None:
                 state.task.cancel()
+        self.metrics.pass_seconds.observe(time.perf_counter() - started)
 
     def _start(self, group: GroupObject, spec: RunnerGroupSpec | None, problem: str, queued: list[QueuedJob]) -> None:
         state = self.state.setdefault((group.namespace, group.name), GroupState())

@@ -18,6 +18,7 @@ class Metrics:
     queued_jobs: Gauge
     active_runners: Gauge
     reconcile_seconds: Histogram
+    pass_seconds: Histogram
     gitea_requests: Counter
     errors: Counter
     time_to_runner: Histogram
@@ -39,6 +40,12 @@ class Metrics:
             reconcile_seconds=Histogram(
                 "grs_reconcile_duration_seconds",
                 "Time of one group's reconcile pass.",
+                buckets=_SECONDS,
+                registry=registry,
+            ),
+            pass_seconds=Histogram(
+                "grs_reconcile_pass_duration_seconds",
+                "Time of one whole pass: read the queued jobs, assign them to groups, start the group passes.",
                 buckets=_SECONDS,
                 registry=registry,
             ),

@@ -1,0 +1,188 @@
+"""Benchmarks: `python -m bench` prints each figure next to its target; `--smoke` is CI's short pass.
+
+Everything runs on loopback against the real peers of the test harness: redis-server, kube-apiserver
++ etcd, and our two processes started as users start them. The load comes from this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from bench import scenarios as sc
+from bench.stack import Stack, machine, workdir
+
+FULL = {
+    "ingest_s": 10.0,
+    "ttr_jobs": 100,
+    "burst_jobs": 1000,
+    "burst_groups": 20,
+    "poll_jobs": 20,
+    "scale_groups": (1, 100, 1000),
+    "scale_jobs": 30,
+    "scale_burst": 1000,
+    "memory_jobs": 10_000,
+    "cost_groups": 200,
+}
+SMOKE = {
+    "ingest_s": 1.0,
+    "ttr_jobs": 5,
+    "burst_jobs": 40,
+    "burst_groups": 4,
+    "poll_jobs": 2,
+    "scale_groups": (1, 3),
+    "scale_jobs": 3,
+    "scale_burst": 20,
+    "memory_jobs": 200,
+    "cost_groups": 10,
+}
+
+Row = tuple[str, str, str, str]
+
+
+def row(name: str, value: str, target: str = "", ok: bool | None = None) -> Row:
+    return name, value, target, "" if ok is None else ("met" if ok else "MISSED")
+
+
+async def run_ingest(cfg: dict[str, Any]) -> list[Row]:
+    with workdir() as d, Stack(d, kube=False) as stack:
+        figures = await sc.ingest(stack, seconds=cfg["ingest_s"], concurrency=32, paced_rate=1000)
+    return [row(f.name, f"{f.value:.1f} {f.unit}", f.target, f.ok) for f in figures]
+
+
+async def run_time_to_runner(cfg: dict[str, Any]) -> tuple[list[Row], list[float]]:
+    with workdir() as d, Stack(d, kube=True) as stack:
+        lat, costs = await sc.time_to_runner(stack, groups=1, jobs=cfg["ttr_jobs"], rate=10)
+    p50, p99 = sc.pct(lat, 0.5) * 1000, sc.pct(lat, 0.99) * 1000
+    return [
+        row("time to runner at 10/s: p50", f"{p50:.1f} ms", "<= 30 ms", p50 <= 30),
+        row("time to runner at 10/s: p99", f"{p99:.1f} ms", "<= 150 ms", p99 <= 150),
+        row("time to runner: jobs without a runner", str(costs["missing"]), "0", costs["missing"] == 0),
+    ], lat
+
+
+async def run_burst(cfg: dict[str, Any]) -> list[Row]:
+    with workdir() as d, Stack(d, kube=True) as stack:
+        r = await sc.burst(stack, groups=cfg["burst_groups"], jobs=cfg["burst_jobs"])
+    n = cfg["burst_jobs"]
+    rate = r["created"] / r["all_created_in"] if r["all_created_in"] else float("nan")
+    return [
+        row(
+            f"burst: {n} jobs over {cfg['burst_groups']} groups queued in",
+            f"{r['queued_in']:.2f} s",
+            "<= 1 s",
+            r["queued_in"] <= 1.0,
+        ),
+        row("burst: all runner Jobs created in", f"{r['all_created_in']:.2f} s", "<= 15 s", r["all_created_in"] <= 15),
+        row(
+            "burst: created / missing / twice",
+            f"{r['created']} / {n - r['created']} / {r['twice']}",
+            f"{n} / 0 / 0",
+            r["created"] == n and r["twice"] == 0,
+        ),
+        row(
+            "burst: creates per second",
+            f"{rate:.0f} /s",
+            "client QPS: no client-side limit (kubernetes_asyncio); creates sequential per group",
+        ),
+    ]
+
+
+async def run_side_by_side(cfg: dict[str, Any], webhook: list[float]) -> list[Row]:
+    with workdir() as d, Stack(d, kube=True) as stack:
+        polled = await sc.polling_only(stack, jobs=cfg["poll_jobs"], rate=1.0, interval=10.0)
+    ratio = sc.median(polled) / sc.median(webhook) if webhook and polled else float("nan")
+    return [
+        row("polling only (10 s interval): time to runner", sc.summary(polled)),
+        row("webhook mode: time to runner", sc.summary(webhook)),
+        row("polling / webhook, median time to runner", f"{ratio:.0f}x", ">= 100x", ratio >= 100),
+    ]
+
+
+async def run_polling_cost(cfg: dict[str, Any]) -> list[Row]:
+    with workdir() as d, Stack(d, kube=True) as stack:
+        r = await sc.polling_cost(stack, groups=cfg["cost_groups"], scopes=5, jobs_per_scope=120, cycles=3)
+    full = r["per_cycle"][1:-1] or r["per_cycle"]
+    ok = bool(full) and all(c == r["expected"] for c in full)
+    return [
+        row(
+            f"polling: Gitea requests per cycle, {r['groups']} groups over {r['scopes']} scopes",
+            f"{full}",
+            f"= scopes x pages = {r['scopes']} x {r['pages']} = {r['expected']}",
+            ok,
+        )
+    ]
+
+
+async def run_memory(cfg: dict[str, Any]) -> list[Row]:
+    with workdir() as d, Stack(d, kube=True) as stack:
+        rss = await sc.reconciler_memory(stack, jobs=cfg["memory_jobs"])
+    return [
+        row(f"memory: reconciler peak RSS, {cfg['memory_jobs']} queued jobs", f"{rss:.0f} MB", "<= 150 MB", rss <= 150)
+    ]
+
+
+async def run_scaling(cfg: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    for groups in cfg["scale_groups"]:
+        with workdir() as d, Stack(d, kube=True) as stack:
+            lat, _ = await sc.time_to_runner(stack, groups=groups, jobs=cfg["scale_jobs"], rate=10)
+        with workdir() as d, Stack(d, kube=True) as stack:
+            b = await sc.burst(stack, groups=groups, jobs=cfg["scale_burst"])
+        rows.append(row(f"scaling, {groups} groups: time to runner", sc.summary(lat)))
+        rows.append(
+            row(
+                f"scaling, {groups} groups: whole pass / one group's pass (mean)",
+                f"{sc.mean_of(b['costs'], 'grs_reconcile_pass_duration_seconds'):.2f} ms / "
+                f"{sc.mean_of(b['costs'], 'grs_reconcile_duration_seconds'):.2f} ms",
+                f"{cfg['scale_burst']}-job burst: all in {b['all_created_in']:.2f} s, {b['twice']} twice",
+            )
+        )
+    return rows
+
+
+def print_rows(title: str, rows: list[Row]) -> None:
+    print(f"\n## {title}", flush=True)
+    for name, value, target, verdict in rows:
+        print(f"| {name} | {value} | {target} | {verdict} |", flush=True)
+
+
+async def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--smoke", action="store_true", help="a short pass that only checks the scripts work")
+    parser.add_argument("--only", default="", help="comma-separated: ingest,ttr,burst,side,polling,memory,scaling")
+    args = parser.parse_args(argv)
+    cfg = SMOKE if args.smoke else FULL
+    only = set(filter(None, args.only.split(",")))
+
+    def want(name: str) -> bool:
+        return not only or name in only
+
+    print(f"# gitea-runner-scaler benchmarks ({'smoke' if args.smoke else 'full'})\nmachine: {machine()}", flush=True)
+    started = time.perf_counter()
+    webhook: list[float] = []
+    steps: list[tuple[str, str, Callable[[], Coroutine[Any, Any, list[Row]]]]] = [
+        ("ingest", "Ingest", lambda: run_ingest(cfg)),
+        ("burst", "Burst", lambda: run_burst(cfg)),
+        ("polling", "Polling cost", lambda: run_polling_cost(cfg)),
+        ("memory", "Memory", lambda: run_memory(cfg)),
+        ("scaling", "Scaling", lambda: run_scaling(cfg)),
+    ]
+    if want("ttr") or want("side"):
+        rows, webhook = await run_time_to_runner(cfg)
+        print_rows("Time to runner", rows)
+    if want("side"):
+        print_rows("Side by side", await run_side_by_side(cfg, webhook))
+    for key, title, step in steps:
+        if want(key):
+            print_rows(title, await step())
+    print(f"\n(benchmarks took {time.perf_counter() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1:])))

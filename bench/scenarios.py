@@ -1,0 +1,292 @@
+"""The benchmark scenarios. Each returns figures; none asserts a time (that is for humans to read)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from bench.stack import NS, Deliveries, JobWatch, Stack, metric
+from tests.fake_gitea import FakeGitea
+from tests.kube_cluster import api_request
+from tests.redis_server import free_port
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured number and the target it is read against (`ok` None: no target)."""
+
+    name: str
+    value: float
+    unit: str
+    target: str = ""
+    ok: bool | None = None
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of values, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] if ordered else float("nan")
+
+
+async def _post(session: aiohttp.ClientSession, url: str, raw: bytes, headers: dict[str, str]) -> None:
+    async with session.post(url, data=raw, headers=headers) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"delivery answered {resp.status}: {await resp.text()}")
+        await resp.read()
+
+
+async def _paced(count: int, rate: float, one: Callable[[int], Coroutine[Any, Any, None]]) -> None:
+    """Start `one(i)` at `rate` per second (open loop), and wait for all of them."""
+    start = time.perf_counter()
+    tasks: list[asyncio.Task[None]] = []
+    for i in range(count):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(i)))
+    await asyncio.gather(*tasks)
+
+
+async def ingest(stack: Stack, *, seconds: float, concurrency: int, paced_rate: int) -> list[Figure]:
+    """Signed ~5 KB deliveries to one receiver process: throughput, CPU cost, latency at a fixed rate."""
+    proc, url = stack.receiver()
+    d = Deliveries()
+    next_id = iter(range(1, 10**9))
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker(until: float, counter: list[int]) -> None:
+            while time.perf_counter() < until:
+                raw, headers = d.make(next(next_id))
+                await _post(session, url, raw, headers)
+                counter[0] += 1
+
+        await asyncio.gather(*(worker(time.perf_counter() + 1.0, [0]) for _ in range(concurrency)))  # warm up
+        done = [0]
+        cpu0, t0 = proc.cpu_seconds(), time.perf_counter()
+        await asyncio.gather(*(worker(t0 + seconds, done) for _ in range(concurrency)))
+        elapsed, cpu = time.perf_counter() - t0, proc.cpu_seconds() - cpu0
+        latencies: list[float] = []
+
+        async def one(_: int) -> None:
+            raw, headers = d.make(next(next_id))
+            sent = time.perf_counter()
+            await _post(session, url, raw, headers)
+            latencies.append(time.perf_counter() - sent)
+
+        await _paced(int(paced_rate * seconds), paced_rate, one)
+    rate = done[0] / elapsed
+    p99 = pct(latencies, 0.99) * 1000
+    return [
+        Figure("ingest: sustained deliveries/s (one process)", rate, "/s", ">= 3000", rate >= 3000),
+        Figure("ingest: deliveries per receiver CPU-second", done[0] / cpu if cpu else float("nan"), "/cpu-s"),
+        Figure(f"ingest: p50 latency at {paced_rate}/s", pct(latencies, 0.5) * 1000, "ms"),
+        Figure(f"ingest: p99 latency at {paced_rate}/s", p99, "ms", "<= 20 ms", p99 <= 20),
+        Figure("memory: receiver peak RSS", proc.peak_rss_mb(), "MB", "<= 150 MB", proc.peak_rss_mb() <= 150),
+    ]
+
+
+async def _ready(url: str) -> None:
+    async with aiohttp.ClientSession() as s:
+        for _ in range(300):
+            with contextlib.suppress(aiohttp.ClientError):
+                async with s.get(f"{url}/readyz") as r:
+                    if r.status == 200:
+                        return
+            await asyncio.sleep(0.1)
+    raise RuntimeError("reconciler not ready")
+
+
+async def _wait_seen(watch: JobWatch, ids: set[int], timeout: float) -> None:
+    deadline = time.perf_counter() + timeout
+    while not ids <= set(watch.seen) and time.perf_counter() < deadline:
+        await asyncio.sleep(0.01)
+
+
+async def _watched(stack: Stack) -> tuple[str, str, JobWatch]:
+    """Start the reconciler and the receiver, and watch runner Jobs appear."""
+    assert stack.kube is not None
+    _, rec_url = stack.reconciler()
+    _, url = stack.receiver()
+    await _ready(rec_url)
+    watch = JobWatch(stack.kube)
+    watch.start()
+    await asyncio.sleep(0.5)
+    return rec_url, url, watch
+
+
+async def time_to_runner(stack: Stack, *, groups: int, jobs: int, rate: float) -> tuple[list[float], dict[str, Any]]:
+    """Webhook received -> runner Job created, for single jobs at `rate`/s; plus the reconcile costs."""
+    assert stack.kube is not None
+    stack.groups(groups)
+    rec_url, url, watch = await _watched(stack)
+    d = Deliveries()
+    sent: dict[int, float] = {}
+    async with aiohttp.ClientSession() as session:
+
+        async def one(i: int) -> None:
+            job_id = 1_000_000 + i
+            raw, headers = d.make(job_id, repo=f"acme/r{i % groups}")
+            sent[job_id] = time.perf_counter()
+            await _post(session, url, raw, headers)
+
+        await _paced(jobs, rate, one)
+    await _wait_seen(watch, set(sent), 30)
+    await watch.stop()
+    latencies = [watch.seen[j] - t for j, t in sent.items() if j in watch.seen]
+    costs = await metric(rec_url, "grs_reconcile")
+    return latencies, {"missing": len(sent) - len(latencies), **costs}
+
+
+async def burst(stack: Stack, *, groups: int, jobs: int) -> dict[str, Any]:
+    """`jobs` queued across `groups` groups within about a second: all created, none twice, how fast."""
+    assert stack.kube is not None
+    stack.groups(groups, maxActiveRunners=max(100, jobs // groups + 1))
+    rec_url, url, watch = await _watched(stack)
+    d = Deliveries()
+    ids = {2_000_000 + i for i in range(jobs)}
+    start = time.perf_counter()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=50)) as session:
+        sem = asyncio.Semaphore(50)
+
+        async def one(i: int) -> None:
+            async with sem:
+                raw, headers = d.make(2_000_000 + i, repo=f"acme/r{i % groups}")
+                await _post(session, url, raw, headers)
+
+        await asyncio.gather(*(one(i) for i in range(jobs)))
+    queued_in = time.perf_counter() - start
+    await _wait_seen(watch, ids, 120)
+    await watch.stop()
+    last = max((watch.seen[i] for i in ids if i in watch.seen), default=start)
+    _, listing = api_request(stack.kube, "GET", f"/apis/batch/v1/namespaces/{NS}/jobs")
+    per_job: dict[str, int] = {}
+    for job in listing["items"]:
+        key = job["metadata"]["annotations"]["gitea.bpg.pw/job-id"]
+        per_job[key] = per_job.get(key, 0) + 1
+    return {
+        "queued_in": queued_in,
+        "all_created_in": last - start,
+        "created": sum(1 for i in ids if str(i) in per_job),
+        "twice": sum(1 for n in per_job.values() if n > 1),
+        "costs": await metric(rec_url, "grs_reconcile"),
+    }
+
+
+async def _fake_gitea(fake: FakeGitea) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(fake.app(), access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, f"http://127.0.0.1:{port}"
+
+
+async def polling_only(stack: Stack, *, jobs: int, rate: float, interval: float) -> list[float]:
+    """Time to runner with webhooks off and the seed operator's 10 s poll: the baseline."""
+    assert stack.kube is not None
+    fake = FakeGitea(token="tok")
+    runner, gitea_url = await _fake_gitea(fake)
+    stack.groups(1, gitea={"url": gitea_url})
+    _, rec_url = stack.reconciler(GRS_POLL_ENABLED="true", GRS_POLL_INTERVAL=str(interval), GRS_POLL_JITTER="0")
+    await _ready(rec_url)
+    watch = JobWatch(stack.kube)
+    watch.start()
+    added: dict[int, float] = {}
+
+    async def one(i: int) -> None:
+        job_id = 3_000_000 + i
+        fake.add_job(job_id, repo="acme/r0", labels=[])
+        added[job_id] = time.perf_counter()
+
+    await _paced(jobs, rate, one)
+    await _wait_seen(watch, set(added), interval * 3)
+    await watch.stop()
+    await runner.cleanup()
+    return [watch.seen[j] - t for j, t in added.items() if j in watch.seen]
+
+
+async def polling_cost(stack: Stack, *, groups: int, scopes: int, jobs_per_scope: int, cycles: int) -> dict[str, Any]:
+    """Gitea API requests per poll cycle with many groups over a few scopes."""
+    assert stack.kube is not None
+    fake = FakeGitea(token="tok")
+    times: list[float] = []
+    original = fake._auth
+
+    def counting(request: web.Request, endpoint: str) -> web.Response | None:
+        times.append(time.perf_counter())
+        return original(request, endpoint)
+
+    fake._auth = counting  # type: ignore[method-assign]
+    for s in range(scopes):
+        for j in range(jobs_per_scope):
+            fake.add_job(4_000_000 + s * 10_000 + j, repo=f"org{s}/repo{j % 7}", labels=["no-group-has-this"])
+    runner, gitea_url = await _fake_gitea(fake)
+    stack.groups(
+        groups,
+        each=lambda i: {"scope": "org", "repo": None, "org": f"org{i % scopes}", "labels": [f"l{i}"]},
+        gitea={"url": gitea_url},
+        maxActiveRunners=1,
+    )
+    interval = 2.0
+    _, rec_url = stack.reconciler(GRS_POLL_ENABLED="true", GRS_POLL_INTERVAL=str(interval), GRS_POLL_JITTER="0")
+    await _ready(rec_url)
+    await asyncio.sleep(interval * (cycles + 1))
+    await runner.cleanup()
+    bursts: list[int] = []
+    last = -1e9
+    for t in times:
+        if t - last > interval / 2:
+            bursts.append(0)
+        bursts[-1] += 1
+        last = t
+    pages = -(-jobs_per_scope // 50)
+    return {"per_cycle": bursts, "expected": scopes * pages, "groups": groups, "scopes": scopes, "pages": pages}
+
+
+async def reconciler_memory(stack: Stack, *, jobs: int) -> float:
+    """Peak RSS of the reconciler with `jobs` queued jobs tracked (one group, one slot)."""
+    stack.groups(1, maxActiveRunners=1)
+    proc, rec_url = stack.reconciler()
+    _, url = stack.receiver()
+    await _ready(rec_url)
+    d = Deliveries()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=32)) as session:
+        sem = asyncio.Semaphore(32)
+
+        async def one(i: int) -> None:
+            async with sem:
+                raw, headers = d.make(5_000_000 + i, repo="acme/r0")
+                await _post(session, url, raw, headers)
+
+        await asyncio.gather(*(one(i) for i in range(jobs)))
+    await asyncio.sleep(5)  # several passes over all of them
+    passes = await metric(rec_url, "grs_reconcile_pass_duration_seconds_count")
+    assert sum(passes.values()) > 0
+    return proc.peak_rss_mb()
+
+
+def summary(values: list[float]) -> str:
+    """p50 / p99 / max in ms."""
+    if not values:
+        return "no samples"
+    return (
+        f"p50 {pct(values, 0.5) * 1000:.1f} ms, p99 {pct(values, 0.99) * 1000:.1f} ms, max {max(values) * 1000:.1f} ms"
+    )
+
+
+def mean_of(costs: dict[str, float], name: str) -> float:
+    """Mean of a histogram from its _sum and _count samples, in ms."""
+    count = costs.get(f"{name}_count", 0.0)
+    return costs.get(f"{name}_sum", 0.0) / count * 1000 if count else float("nan")
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
