@@ -13,9 +13,10 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -25,13 +26,14 @@ from reconciler.kube import GroupObject, JobObject, Kube, PermanentError, PodObj
 from reconciler.labels import effective_labels, names
 from reconciler.manifests import build_job, job_name
 from reconciler.metrics import Metrics
-from reconciler.plan import Create, GroupView, Plan, Runner, assign, classify, plan
+from reconciler.plan import Counts, Create, GroupView, Plan, Runner, assign, classify, plan
 from reconciler.settings import Settings
 from reconciler.status import Condition, desired_status
 from webhook_scaler.queue import ALL, JobStore, JobUpdate, QueuedJob, Scope
 
 log = logging.getLogger(__name__)
 CREATED_WINDOW_MS = 120_000
+CREATE_CONCURRENCY = 8  # runner Job creates in flight at once, per group
 
 
 @dataclass
@@ -72,6 +74,9 @@ class Controller:
         self.groups, self.jobs, self.pods = kube.informers(self.wake.set)
         self.state: dict[tuple[str, str], GroupState] = {}
         self.passes = 0
+        self._specs: dict[str, tuple[int, RunnerGroupSpec | None, str]] = {}
+        self._jobs_by_group: dict[tuple[str, str], list[JobObject]] = {}
+        self._pods_by_job: dict[tuple[str, str], list[PodObject]] = {}
         self._background: set[asyncio.Task[None]] = set()
 
     def now_ms(self) -> int:
@@ -122,24 +127,39 @@ class Controller:
 
     # -- one pass ---------------------------------------------------------------------------------
     def views(self) -> list[tuple[GroupObject, RunnerGroupSpec | None, str]]:
-        """Every group with its validated spec, or None and the validation message."""
+        """Every group with its validated spec, or None and the validation message.
+
+        A spec is validated once per generation (the API server bumps it on every spec change).
+        """
         out: list[tuple[GroupObject, RunnerGroupSpec | None, str]] = []
+        seen: set[str] = set()
         for group in self.groups.items.values():
-            try:
-                out.append((group, RunnerGroupSpec.model_validate(dict(group.spec)), ""))
-            except ValidationError as exc:
-                problems = "; ".join(
-                    f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
-                    for e in exc.errors(include_input=False)
-                )
-                out.append((group, None, problems))
+            seen.add(group.uid)
+            cached = self._specs.get(group.uid)
+            if cached is None or cached[0] != group.generation:
+                cached = (group.generation, *_validate(group.spec))
+                self._specs[group.uid] = cached
+            out.append((group, cached[1], cached[2]))
+        for uid in set(self._specs) - seen:
+            del self._specs[uid]
         return out
+
+    def _index(self) -> None:
+        """Runner Jobs by group and Pods by Job, once per pass, so a pass is linear in groups + Jobs."""
+        jobs: dict[tuple[str, str], list[JobObject]] = {}
+        for job in self.jobs.items.values():
+            jobs.setdefault((job.namespace, job.group), []).append(job)
+        pods: dict[tuple[str, str], list[PodObject]] = {}
+        for pod in self.pods.items.values():
+            pods.setdefault((pod.namespace, pod.job_name), []).append(pod)
+        self._jobs_by_group, self._pods_by_job = jobs, pods
 
     async def reconcile_all(self) -> None:
         """Read demand once, give each queued job to one group, and start each group's pass."""
         self.passes += 1
         started = time.perf_counter()
         views = self.views()
+        self._index()
         valid = [
             GroupView(g.namespace, g.name, spec, names(effective_labels(spec.labels, spec.default_labels)))
             for g, spec, _ in views
@@ -163,9 +183,31 @@ class Controller:
         if state.task is not None and not state.task.done():
             state.again = True
             return
-        if state.retry_at > time.monotonic():
+        if state.retry_at > time.monotonic() or self._quiet(group, spec, queued, state):
             return
         state.task = asyncio.create_task(self._run_group(group, spec, problem, queued, state))
+
+    def _quiet(
+        self, group: GroupObject, spec: RunnerGroupSpec | None, queued: list[QueuedJob], state: GroupState
+    ) -> bool:
+        """A group with nothing queued, no runner Jobs, no warm pool, and its status already right has
+        nothing to do: skip its pass (no lease, no Redis or API call). Most groups, most of the time."""
+        if spec is None or queued or self._jobs_by_group.get((group.namespace, group.name)):
+            return False
+        if spec.min_idle_runners and not spec.suspend:
+            return False
+        status = desired_status(
+            generation=group.generation,
+            previous=group.status,
+            spec=spec,
+            counts=Counts(active=0, idle=0, queued=0),
+            now=self._now(),
+            invalid="",
+            gitea=state.gitea,
+            last_poll=state.last_poll,
+            failed=(),
+        )
+        return status == dict(group.status)
 
     async def _run_group(
         self, group: GroupObject, spec: RunnerGroupSpec | None, problem: str, queued: list[QueuedJob], state: GroupState
@@ -236,10 +278,7 @@ class Controller:
 
     def runners(self, group: GroupObject, busy: set[str]) -> list[Runner]:
         """The group's runner Jobs, classified."""
-        pods: dict[str, list[PodObject]] = {}
-        for pod in self.pods.items.values():
-            if pod.namespace == group.namespace:
-                pods.setdefault(pod.job_name, []).append(pod)
+        pods = {job.name: self._pods_by_job.get((job.namespace, job.name), []) for job in self._jobs_of(group)}
         return [
             classify(
                 job.name,
@@ -254,7 +293,7 @@ class Controller:
         ]
 
     def _jobs_of(self, group: GroupObject) -> list[JobObject]:
-        return [j for j in self.jobs.items.values() if j.namespace == group.namespace and j.group == group.name]
+        return self._jobs_by_group.get((group.namespace, group.name), [])
 
     async def reconcile_group(
         self, group: GroupObject, spec: RunnerGroupSpec, queued: list[QueuedJob], state: GroupState
@@ -310,15 +349,24 @@ class Controller:
     async def _apply_creates(
         self, group: GroupObject, spec: RunnerGroupSpec, creates: tuple[Create, ...], label: str
     ) -> int:
-        made: list[str] = []
-        try:
-            for c in creates:
-                if await self._create(group, spec, c, label):
-                    made.append(f"{c.job_id}" if c.job_id is not None else "warm")
-        finally:
-            if made:
-                message = f"Created {len(made)} runner(s) for jobs: {', '.join(made)}"
-                await self.kube.event(group.ref, kind="Normal", reason="RunnerCreated", message=message[:1000])
+        slots = asyncio.Semaphore(CREATE_CONCURRENCY)
+
+        async def one(c: Create) -> bool:
+            async with slots:
+                return await self._create(group, spec, c, label)
+
+        results = await asyncio.gather(*(one(c) for c in creates), return_exceptions=True)
+        made = [
+            str(c.job_id) if c.job_id is not None else "warm"
+            for c, r in zip(creates, results, strict=True)
+            if r is True
+        ]
+        if made:
+            message = f"Created {len(made)} runner(s) for jobs: {', '.join(made)}"
+            await self.kube.event(group.ref, kind="Normal", reason="RunnerCreated", message=message[:1000])
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
         return len(made)
 
     async def _create(self, group: GroupObject, spec: RunnerGroupSpec, c: Create, label: str) -> bool:
@@ -359,7 +407,11 @@ class Controller:
             await informer.synced.wait()
         delay = self.settings.poll_interval
         while True:
-            retry_after = await self.poll_once()
+            try:
+                retry_after = await self.poll_once()
+            except Exception:  # never let one bad cycle stop the fallback for good
+                log.exception("poll cycle failed")
+                retry_after = 0.0
             if retry_after is None:
                 delay = self.settings.poll_interval
             else:  # back off on errors, and at least as long as a 429's Retry-After asks
@@ -373,15 +425,21 @@ class Controller:
         Returns None if every poll succeeded, else the longest Retry-After Gitea asked for (0 if none).
         """
         scopes: dict[PollScope, list[GroupObject]] = {}
+        tokens: dict[tuple[str, str, str], str | Exception] = {}  # one read per Secret key per cycle
         for group, spec, _ in self.views():
             if spec is None:
                 continue
             state = self.state.setdefault((group.namespace, group.name), GroupState())
             ref = spec.auth_token.secret_ref
-            try:
-                token = await self.kube.secret_value(group.namespace, ref.name, ref.key)
-            except (PermanentError, TransientError) as exc:
-                state.gitea = Condition("GiteaReachable", "False", "AuthTokenUnavailable", str(exc))
+            where = (group.namespace, ref.name, ref.key)
+            if where not in tokens:
+                try:
+                    tokens[where] = await self.kube.secret_value(*where)
+                except (PermanentError, TransientError) as exc:
+                    tokens[where] = exc
+            token = tokens[where]
+            if isinstance(token, Exception):
+                state.gitea = Condition("GiteaReachable", "False", "AuthTokenUnavailable", str(token))
                 continue
             target = "" if spec.scope == "global" else spec.target
             scopes.setdefault(PollScope(spec.gitea.url, spec.scope, target, token), []).append(group)
@@ -415,3 +473,15 @@ class Controller:
             state.gitea = condition
             state.last_poll = checked
         return failure
+
+
+def _validate(spec: Mapping[str, Any]) -> tuple[RunnerGroupSpec | None, str]:
+    """A spec validated, or None and what is wrong with it."""
+    try:
+        return RunnerGroupSpec.model_validate(dict(spec)), ""
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
+            for e in exc.errors(include_input=False)
+        )
+        return None, problems

@@ -81,11 +81,8 @@ async def _handle(request: web.Request) -> tuple[web.Response, str, str]:
 
     update = JobUpdate.from_payload(parsed.payload)
     written = time.perf_counter()
-    try:
-        result = await asyncio.wait_for(
-            store.record(update, now_ms=int(time.time() * 1000), delivery_id=parsed.delivery_id),
-            timeout=settings.redis_timeout,
-        )
+    try:  # the Redis client's socket timeouts (GRS_REDIS_TIMEOUT) bound this call
+        result = await store.record(update, now_ms=int(time.time() * 1000), delivery_id=parsed.delivery_id)
     except _REDIS_ERRORS as exc:
         log.warning("redis unavailable", extra={"error": type(exc).__name__, "job_id": update.job_id})
         response = _json(503, error="state store unavailable, not recorded")
@@ -94,16 +91,17 @@ async def _handle(request: web.Request) -> tuple[web.Response, str, str]:
     metrics.redis_write_seconds.observe(time.perf_counter() - written)
     if result.outcome is Outcome.APPLIED:
         metrics.jobs_recorded.labels(state=update.state.value).inc()
-    log.debug(
-        "webhook recorded",
-        extra={
-            "delivery_id": parsed.delivery_id,
-            "job_id": update.job_id,
-            "action": update.state.value,
-            "outcome": result.outcome.value,
-            "previous": result.previous,
-        },
-    )
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "webhook recorded",
+            extra={
+                "delivery_id": parsed.delivery_id,
+                "job_id": update.job_id,
+                "action": update.state.value,
+                "outcome": result.outcome.value,
+                "previous": result.previous,
+            },
+        )
     body_out = {"outcome": result.outcome.value, "job_id": update.job_id, "state": result.state}
     return web.json_response(body_out), parsed.event, result.outcome.value
 

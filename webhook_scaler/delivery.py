@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qs
@@ -121,12 +120,12 @@ def parse(body: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes]) 
     if event != WORKFLOW_JOB:
         return Delivery(event=event, delivery_id=delivery_id, payload=None)
     try:
-        data = json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PayloadError("body is not valid JSON") from exc
-    try:
-        parsed = WorkflowJobPayload.model_validate(data)
+        # pydantic-core parses the JSON itself and builds Python objects only for the fields we read.
+        parsed = WorkflowJobPayload.model_validate_json(payload)
     except ValidationError as exc:
-        fields = ", ".join(".".join(str(p) for p in err["loc"]) for err in exc.errors()[:5])
+        errors = exc.errors(include_input=False)
+        if any(err["type"] == "json_invalid" for err in errors):
+            raise PayloadError("body is not valid JSON") from exc
+        fields = ", ".join(".".join(str(p) for p in err["loc"]) for err in errors[:5])
         raise PayloadError(f"workflow_job payload does not fit the model: {fields}") from exc
     return Delivery(event=event, delivery_id=delivery_id, payload=parsed)
