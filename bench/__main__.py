@@ -15,12 +15,14 @@ from typing import Any
 
 from bench import scenarios as sc
 from bench.stack import Stack, machine, workdir
+from reconciler.loop import CREATE_CONCURRENCY
 
 FULL = {
     "ingest_s": 10.0,
     "ttr_jobs": 100,
     "burst_jobs": 1000,
     "burst_groups": 20,
+    "burst_repeats": 3,
     "poll_jobs": 20,
     "scale_groups": (1, 100, 1000),
     "scale_jobs": 30,
@@ -33,6 +35,7 @@ SMOKE = {
     "ttr_jobs": 5,
     "burst_jobs": 40,
     "burst_groups": 4,
+    "burst_repeats": 1,
     "poll_jobs": 2,
     "scale_groups": (1, 3),
     "scale_jobs": 3,
@@ -66,28 +69,35 @@ async def run_time_to_runner(cfg: dict[str, Any]) -> tuple[list[Row], list[float
 
 
 async def run_burst(cfg: dict[str, Any]) -> list[Row]:
-    with workdir() as d, Stack(d, kube=True) as stack:
-        r = await sc.burst(stack, groups=cfg["burst_groups"], jobs=cfg["burst_jobs"])
+    runs = []
+    for _ in range(cfg["burst_repeats"]):  # each on a fresh stack; the 2-core VM varies run to run
+        with workdir() as d, Stack(d, kube=True) as stack:
+            runs.append(await sc.burst(stack, groups=cfg["burst_groups"], jobs=cfg["burst_jobs"]))
     n = cfg["burst_jobs"]
-    rate = r["created"] / r["all_created_in"] if r["all_created_in"] else float("nan")
+    times = sorted(r["all_created_in"] for r in runs)
+    queued = sorted(r["queued_in"] for r in runs)
+    mid = times[len(times) // 2]
+    spread = f" (runs: {', '.join(f'{t:.1f}' for t in times)} s)" if len(times) > 1 else ""
+    ok = all(r["created"] == n and r["twice"] == 0 for r in runs)
     return [
         row(
-            f"burst: {n} jobs over {cfg['burst_groups']} groups queued in",
-            f"{r['queued_in']:.2f} s",
+            f"burst: {n} jobs over {cfg['burst_groups']} groups queued in (median)",
+            f"{queued[len(queued) // 2]:.2f} s",
             "<= 1 s",
-            r["queued_in"] <= 1.0,
+            queued[len(queued) // 2] <= 1.0,
         ),
-        row("burst: all runner Jobs created in", f"{r['all_created_in']:.2f} s", "<= 15 s", r["all_created_in"] <= 15),
+        row("burst: all runner Jobs created in (median)", f"{mid:.2f} s{spread}", "<= 15 s", mid <= 15),
         row(
-            "burst: created / missing / twice",
-            f"{r['created']} / {n - r['created']} / {r['twice']}",
+            "burst: created / missing / twice, every run",
+            " ; ".join(f"{r['created']} / {n - r['created']} / {r['twice']}" for r in runs),
             f"{n} / 0 / 0",
-            r["created"] == n and r["twice"] == 0,
+            ok,
         ),
         row(
-            "burst: creates per second",
-            f"{rate:.0f} /s",
-            "client QPS: no client-side limit (kubernetes_asyncio); creates sequential per group",
+            "burst: creates per second (median run)",
+            f"{n / mid:.0f} /s",
+            f"client QPS: no client-side limit (kubernetes_asyncio); up to {CREATE_CONCURRENCY} creates in flight "
+            "per group",
         ),
     ]
 
@@ -166,11 +176,13 @@ async def main(argv: list[str]) -> int:
     started = time.perf_counter()
     webhook: list[float] = []
     steps: list[tuple[str, str, Callable[[], Coroutine[Any, Any, list[Row]]]]] = [
-        ("ingest", "Ingest", lambda: run_ingest(cfg)),
         ("burst", "Burst", lambda: run_burst(cfg)),
         ("polling", "Polling cost", lambda: run_polling_cost(cfg)),
         ("memory", "Memory", lambda: run_memory(cfg)),
         ("scaling", "Scaling", lambda: run_scaling(cfg)),
+        # Last: its saturation run leaves the disk busy with Redis's fsynced writes for a while, which
+        # slows every scenario after it.
+        ("ingest", "Ingest", lambda: run_ingest(cfg)),
     ]
     if want("ttr") or want("side"):
         rows, webhook = await run_time_to_runner(cfg)

@@ -34,6 +34,7 @@ from webhook_scaler.queue import ALL, JobStore, JobUpdate, QueuedJob, Scope
 log = logging.getLogger(__name__)
 CREATED_WINDOW_MS = 120_000
 CREATE_CONCURRENCY = 8  # runner Job creates in flight at once, per group
+STATUS_INTERVAL = 1.0  # seconds between status writes that only change counts
 
 
 @dataclass
@@ -49,6 +50,7 @@ class GroupState:
     gitea: Condition | None = None
     last_poll: str | None = None
     invalid_generation: int = -1
+    status_written: float = 0.0  # monotonic time of the last status write
 
 
 class Controller:
@@ -330,9 +332,22 @@ class Controller:
             last_poll=state.last_poll,
             failed=decided.failed,
         )
-        if status != dict(group.status):
-            await self.kube.patch_status(group.ref, status)
+        await self._write_status(group, status, state)
         return decided
+
+    async def _write_status(self, group: GroupObject, status: dict[str, Any], state: GroupState) -> None:
+        """Write a changed status; while only the counts change, at most once per STATUS_INTERVAL, so a
+        burst of runners does not turn into a burst of status writes (a wake-up writes the last one)."""
+        previous = dict(group.status)
+        if status == previous:
+            return
+        since = time.monotonic() - state.status_written
+        counts_only = all(status.get(k) == previous.get(k) for k in ("conditions", "observedGeneration", "target"))
+        if counts_only and since < STATUS_INTERVAL:
+            asyncio.get_running_loop().call_later(STATUS_INTERVAL - since, self.wake.set)
+            return
+        await self.kube.patch_status(group.ref, status)
+        state.status_written = time.monotonic()
 
     async def _apply_deletes(self, group: GroupObject, decided: Plan, label: str) -> None:
         for d in decided.delete:
