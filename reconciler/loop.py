@@ -51,6 +51,7 @@ class GroupState:
     last_poll: str | None = None
     invalid_generation: int = -1
     status_written: float = 0.0  # monotonic time of the last status write
+    quiet_as: tuple[object, object, object] | None = None  # (group object, gitea condition, last poll) found quiet
 
 
 class Controller:
@@ -198,6 +199,9 @@ class Controller:
             return False
         if spec.min_idle_runners and not spec.suspend:
             return False
+        seen_as = (group, state.gitea, state.last_poll)
+        if state.quiet_as is not None and all(a is b for a, b in zip(state.quiet_as, seen_as, strict=True)):
+            return True  # nothing changed since it was last found quiet: not even the status to compare
         status = desired_status(
             generation=group.generation,
             previous=group.status,
@@ -209,7 +213,9 @@ class Controller:
             last_poll=state.last_poll,
             failed=(),
         )
-        return status == dict(group.status)
+        quiet = status == dict(group.status)
+        state.quiet_as = seen_as if quiet else None
+        return quiet
 
     async def _run_group(
         self, group: GroupObject, spec: RunnerGroupSpec | None, problem: str, queued: list[QueuedJob], state: GroupState
