@@ -192,11 +192,25 @@ def assign(queued: Sequence[QueuedJob], groups: Sequence[GroupView]) -> dict[tup
     not suspended, the most specific scope (repo, then org or user, then global), then the first by
     namespace and name. A job no group matches is in no list.
     """
-    ranked = sorted(groups, key=lambda g: (-_SPECIFICITY[g.spec.scope], g.namespace, g.name))
+    ranked = sorted(
+        (g for g in groups if not g.spec.suspend), key=lambda g: (-_SPECIFICITY[g.spec.scope], g.namespace, g.name)
+    )
+    # Index the groups by what their scope names, so each job looks only at the groups that can cover it:
+    # a pass stays linear in jobs + groups, however many repository-scoped groups there are.
+    by_repo: dict[str, list[GroupView]] = {}
+    by_owner: dict[str, list[GroupView]] = {}
+    everywhere: list[GroupView] = []
+    for g in ranked:
+        if g.spec.scope == "repo":
+            by_repo.setdefault((g.spec.repo or "").lower(), []).append(g)
+        elif g.spec.scope == "global":
+            everywhere.append(g)
+        else:
+            by_owner.setdefault(((g.spec.org if g.spec.scope == "org" else g.spec.user) or "").lower(), []).append(g)
     out: dict[tuple[str, str], list[QueuedJob]] = {(g.namespace, g.name): [] for g in groups}
     for job in queued:
-        for g in ranked:
-            if not g.spec.suspend and covers(g.spec, job) and all(lb in g.label_names for lb in job.labels):
+        for g in (*by_repo.get(job.repo, ()), *by_owner.get(job.owner, ()), *everywhere):
+            if covers(g.spec, job) and all(lb in g.label_names for lb in job.labels):
                 out[(g.namespace, g.name)].append(job)
                 break
     return out

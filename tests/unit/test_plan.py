@@ -252,3 +252,59 @@ def test_assign_skips_suspended_and_non_matching_labels() -> None:
         ("ci", "org"): [],
         ("ci", "gpu"): [],
     }
+
+
+@st.composite
+def assignments(draw: st.DrawFn) -> tuple[list[QueuedJob], list[Any]]:
+    owners = ["acme", "other"]
+    groups = []
+    for i in range(draw(st.integers(0, 8))):
+        scope = draw(st.sampled_from(["global", "org", "user", "repo"]))
+        target: dict[str, Any] = {"org": None}  # the base spec is org-scoped: unset its org
+        target |= {
+            "org": {"org": draw(st.sampled_from(owners))},
+            "user": {"user": draw(st.sampled_from(owners))},
+            "repo": {"repo": f"{draw(st.sampled_from(owners))}/w"},
+        }.get(scope, {})
+        groups.append(
+            view(
+                f"g{i}",
+                ns=draw(st.sampled_from(["a", "b"])),
+                labels=tuple(draw(st.lists(st.sampled_from(["k8s", "gpu"]), max_size=2))),
+                scope=scope,
+                suspend=draw(st.booleans()),
+                **target,
+            )
+        )
+    from dataclasses import replace
+
+    jobs = [
+        replace(job(i), owner=o, repo=f"{o}/{r}", labels=tuple(ls))
+        for i, (o, r, ls) in enumerate(
+            draw(
+                st.lists(
+                    st.tuples(
+                        st.sampled_from(owners),
+                        st.sampled_from(["w", "x"]),
+                        st.lists(st.sampled_from(["k8s", "gpu"]), max_size=2),
+                    ),
+                    max_size=8,
+                )
+            )
+        )
+    ]
+    return jobs, groups
+
+
+@given(case=assignments())
+def test_assign_matches_its_definition(case: tuple[list[QueuedJob], list[Any]]) -> None:
+    from reconciler.plan import _SPECIFICITY, assign, covers
+
+    jobs, groups = case
+    expected: dict[tuple[str, str], list[QueuedJob]] = {(g.namespace, g.name): [] for g in groups}
+    for j in jobs:  # the definition, by brute force: best rank among all matching groups
+        fits = [g for g in groups if not g.spec.suspend and covers(g.spec, j) and set(j.labels) <= g.label_names]
+        if fits:
+            best = min(fits, key=lambda g: (-_SPECIFICITY[g.spec.scope], g.namespace, g.name))
+            expected[(best.namespace, best.name)].append(j)
+    assert assign(jobs, groups) == expected
