@@ -26,6 +26,7 @@ from reconciler.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, SELECTOR, Group
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 COMPONENT = "gitea-runner-scaler"
+REQUEST_TIMEOUT = 30.0  # seconds; no API call may wait for ever (watches end by their own timeout)
 
 
 class TransientError(Exception):
@@ -198,7 +199,7 @@ class Informer(Generic[T]):
         return meta.get("namespace", ""), meta["name"]
 
     async def _relist(self) -> str:
-        result = self._sanitize(await self._list())
+        result = self._sanitize(await self._list(_request_timeout=REQUEST_TIMEOUT * 2))
         self.items = {self._key(o): self._convert(o) for o in result.get("items") or []}
         self.relists += 1
         self.synced.set()
@@ -303,7 +304,9 @@ class Kube:
     async def create_job(self, body: Mapping[str, Any]) -> bool:
         """Create a Job; False if one of that name exists already (409 is success)."""
         try:
-            await self.batch.create_namespaced_job(body["metadata"]["namespace"], cast(Any, body))
+            await self.batch.create_namespaced_job(
+                body["metadata"]["namespace"], cast(Any, body), _request_timeout=REQUEST_TIMEOUT
+            )
         except ApiException as exc:
             if exc.status == 409 and "AlreadyExists" in str(exc.body or ""):
                 return False
@@ -315,7 +318,9 @@ class Kube:
     async def delete_job(self, namespace: str, name: str) -> None:
         """Delete a Job and its Pods; 404 is success."""
         try:
-            await self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+            await self.batch.delete_namespaced_job(
+                name, namespace, propagation_policy="Background", _request_timeout=REQUEST_TIMEOUT
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise classify(exc) from None
@@ -331,6 +336,7 @@ class Kube:
                 group.name,
                 {"status": dict(status)},
                 _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+                _request_timeout=REQUEST_TIMEOUT,
             )
         except ApiException as exc:
             if exc.status != 404:
@@ -339,7 +345,7 @@ class Kube:
     async def secret_value(self, namespace: str, name: str, key: str) -> str:
         """One key of a Secret, decoded; PermanentError names the Secret and key, never the value."""
         try:
-            secret = await self.core.read_namespaced_secret(name, namespace)
+            secret = await self.core.read_namespaced_secret(name, namespace, _request_timeout=REQUEST_TIMEOUT)
         except ApiException as exc:
             if exc.status == 404:
                 raise PermanentError(f"Secret {namespace}/{name} not found") from None
@@ -371,6 +377,6 @@ class Kube:
             "count": 1,
         }
         try:
-            await self.core.create_namespaced_event(group.namespace, cast(Any, body))
+            await self.core.create_namespaced_event(group.namespace, cast(Any, body), _request_timeout=REQUEST_TIMEOUT)
         except (TimeoutError, ApiException, OSError) as exc:
             log.warning("event not recorded", extra={"group": group.name, "reason": reason, "error": str(exc)[:200]})

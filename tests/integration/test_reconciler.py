@@ -121,8 +121,8 @@ async def running_controller(kubeconfig: Path, redis_url: str, ns: str, **kw: An
             yield controller
         finally:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            done, _ = await asyncio.wait({task}, timeout=30)
+            assert done, "the controller did not stop within 30 s of being cancelled"
             for state in controller.state.values():
                 if state.task:
                     state.task.cancel()
@@ -349,7 +349,7 @@ async def test_polling_fallback_starts_runners_no_webhook_reported(
         assert polls > 0
         # Two groups with one (url, scope, token): one request per poll cycle, not one per group.
         before = fake.requests["org_jobs"]
-        await controller.poll_once()
+        await asyncio.wait_for(controller.poll_once(), timeout=60)
         assert fake.requests["org_jobs"] - before == 1
         # Gitea goes down: the condition says so; runners already started stay.
         fake.fail_with = 503
