@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.crd import crd
-from tests.e2e.harness import ADMIN, PASSWORD, Gitea, Service
+from tests.e2e.harness import ADMIN, PASSWORD, Gitea, Service, our_services
 from tests.kube_cluster import KubeCluster, api_request, apply_crd
-from tests.redis_server import RedisServer, free_port
+from tests.redis_server import RedisServer
 
 NS = "demo"
 SECRET = "demo-webhook-secret"
@@ -103,23 +103,8 @@ def main() -> None:
         }
         api_request(kube, "POST", f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{NS}/runnergroups", group)
 
-        port, metrics = free_port(), free_port()
-        common = {"GRS_REDIS_URL": redis.url, "GRS_LOG_LEVEL": "DEBUG"}
-        receiver = Service(
-            "webhook-scaler",
-            {**common, "GRS_WEBHOOK_SECRET": SECRET, "GRS_LISTEN_HOST": "127.0.0.1", "GRS_LISTEN_PORT": str(port)},
-            root,
-        )
-        reconciler = Service(
-            "reconciler",
-            {
-                **common,
-                "GRS_KUBECONFIG": str(kube.kubeconfig),
-                "GRS_WATCH_NAMESPACE": NS,
-                "GRS_LISTEN_HOST": "127.0.0.1",
-                "GRS_LISTEN_PORT": str(metrics),
-            },
-            root,
+        receiver, port, reconciler, metrics = our_services(
+            root, redis_url=redis.url, kubeconfig=kube.kubeconfig, namespace=NS, secret=SECRET
         )
         services = [receiver, reconciler]
         receiver.start(port=port)

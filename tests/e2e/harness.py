@@ -151,12 +151,17 @@ ENABLED = false
 
     def stop(self) -> None:
         """Stop the server."""
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
-            self.proc = None
-        if self._log:
-            self._log.close()
+        _stop(self.proc, self._log)
+        self.proc = None
+
+
+def _stop(proc: subprocess.Popen[bytes] | None, log: IO[bytes] | None) -> None:
+    """SIGTERM a process, wait for it, close its log."""
+    if proc is not None:
+        proc.terminate()
+        proc.wait(timeout=30)
+    if log:
+        log.close()
 
 
 class Service:
@@ -181,13 +186,33 @@ class Service:
 
     def stop(self) -> None:
         """SIGTERM, and wait."""
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
-            self.proc = None
-        if self._log:
-            self._log.close()
+        _stop(self.proc, self._log)
+        self.proc = None
 
     def log(self) -> str:
         """What it logged so far."""
         return (self.dir / f"{self.name}.log").read_text(errors="replace")
+
+
+def our_services(
+    workdir: Path, *, redis_url: str, kubeconfig: Path, namespace: str, secret: str, **reconciler_env: str
+) -> tuple[Service, int, Service, int]:
+    """`webhook-scaler` and `reconciler` on free loopback ports, configured as users configure them
+    (not started): (receiver, its port, reconciler, its metrics port)."""
+    port, metrics = free_port(), free_port()
+    common = {"GRS_REDIS_URL": redis_url, "GRS_LOG_LEVEL": "DEBUG", "GRS_LISTEN_HOST": "127.0.0.1"}
+    receiver = Service(
+        "webhook-scaler", {**common, "GRS_WEBHOOK_SECRET": secret, "GRS_LISTEN_PORT": str(port)}, workdir
+    )
+    reconciler = Service(
+        "reconciler",
+        {
+            **common,
+            "GRS_KUBECONFIG": str(kubeconfig),
+            "GRS_WATCH_NAMESPACE": namespace,
+            "GRS_LISTEN_PORT": str(metrics),
+            **reconciler_env,
+        },
+        workdir,
+    )
+    return receiver, port, reconciler, metrics

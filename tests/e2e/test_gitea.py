@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Gitea, Service
+from tests.e2e.harness import Gitea, Service, our_services
 from tests.fake_gitea import SwaggerValidator
 from tests.groups import spec_dict
 from tests.kube_cluster import KubeCluster, api_request
-from tests.redis_server import RedisServer, free_port
+from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.kube
 SECRET = "e2e-webhook-secret"
@@ -121,28 +121,18 @@ def stack(kube: KubeCluster, redis_server: RedisServer, tmp_path_factory: pytest
     body = {"apiVersion": "gitea.bpg.pw/v1alpha1", "kind": "RunnerGroup", "metadata": {"name": "acme"}, "spec": spec}
     assert api_request(kube, "POST", RG_PATH, body)[0] == 201
 
-    port, metrics_port = free_port(), free_port()
-    prefix = f"e2e{uuid.uuid4().hex[:6]}"
-    common = {"GRS_REDIS_URL": redis_server.url, "GRS_REDIS_PREFIX": prefix, "GRS_LOG_LEVEL": "DEBUG"}
-    receiver = Service(
-        "webhook-scaler",
-        {**common, "GRS_WEBHOOK_SECRET": SECRET, "GRS_LISTEN_HOST": "127.0.0.1", "GRS_LISTEN_PORT": str(port)},
+    receiver, port, reconciler, metrics_port = our_services(
         workdir,
+        redis_url=redis_server.url,
+        kubeconfig=kube.kubeconfig,
+        namespace=NS,
+        secret=SECRET,
+        GRS_REDIS_PREFIX=f"e2e{uuid.uuid4().hex[:6]}",
+        GRS_POLL_ENABLED="false",
+        GRS_POLL_INTERVAL="3",
+        GRS_POLL_JITTER="0",
     )
-    reconciler = Service(
-        "reconciler",
-        {
-            **common,
-            "GRS_KUBECONFIG": str(kube.kubeconfig),
-            "GRS_WATCH_NAMESPACE": NS,
-            "GRS_POLL_ENABLED": "false",
-            "GRS_POLL_INTERVAL": "3",
-            "GRS_POLL_JITTER": "0",
-            "GRS_LISTEN_HOST": "127.0.0.1",
-            "GRS_LISTEN_PORT": str(metrics_port),
-        },
-        workdir,
-    )
+    receiver.env["GRS_REDIS_PREFIX"] = reconciler.env["GRS_REDIS_PREFIX"]
     receiver.start(port=port)
     reconciler.start()
     receiver_url = f"http://127.0.0.1:{port}/webhook"
