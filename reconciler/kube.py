@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 import random
 import uuid
@@ -52,8 +53,6 @@ def classify(exc: BaseException) -> Exception:
 
 
 def _message(body: str) -> str:
-    import json
-
     try:
         return str(json.loads(body).get("message", ""))[:300]
     except (ValueError, AttributeError):

@@ -42,7 +42,6 @@ from redis.asyncio import Redis
 from webhook_scaler.gitea import JobStatus, WorkflowJob, WorkflowJobPayload
 
 _PHASE = {JobStatus.WAITING: 1, JobStatus.QUEUED: 2, JobStatus.IN_PROGRESS: 3, JobStatus.COMPLETED: 4}
-GONE = "gone"  # no longer listed as queued by Gitea, with no webhook saying where it went
 
 # KEYS: job, delivery ("" = none), idx all, idx owner, idx repo, claim, stream, busy-key prefix
 # ARGV[1]: one JSON object (one argument packs far faster than thirty): rank, state, now (ms), ttl (s),
