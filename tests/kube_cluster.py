@@ -1,7 +1,7 @@
 """A real control plane on loopback for tests: etcd, kube-apiserver and, optionally, the controller manager.
 
 The binaries come from tests/peers/build.sh (built from their Go modules, cached outside the
-repository). There is no kubelet: Pods stay Pending unless a test (or the e2e harness) plays kubelet.
+repository). This cluster has no node: Pods stay Pending. `tests/node/cluster.py` extends it with a real one.
 """
 
 from __future__ import annotations
@@ -36,24 +36,45 @@ def peer(name: str) -> Path:
 class KubeCluster:
     """etcd + kube-apiserver (+ kube-controller-manager) in one temporary folder."""
 
+    #: The address the API server binds and advertises.
+    host = "127.0.0.1"
+    #: Controllers the controller manager runs (no node lifecycle: this cluster has no node).
+    controllers = "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle"
+    #: ClusterIPs of Services.
+    service_cidr = "10.96.0.0/24"
+    #: Authorizers (a cluster with a node adds Node).
+    authorization_mode = "RBAC"
+
     def __init__(self, workdir: Path, *, controller_manager: bool = False) -> None:
         self.dir = workdir
         self.controller_manager = controller_manager
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.by_name: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[IO[bytes]] = []
         self.port = free_port()
         self.kubeconfig = workdir / "kubeconfig"
+        self.sa_key = workdir / "sa.key"
 
     @property
     def server(self) -> str:
         """The API server's URL."""
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.host}:{self.port}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA that signed the API server's serving certificate."""
+        return self.dir / "certs" / "apiserver.crt"
+
+    def apiserver_args(self) -> list[str]:
+        """Flags a subclass adds to the API server's."""
+        return ["--cert-dir", str(self.dir / "certs")]
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = (self.dir / f"{name}.log").open("wb")
         self._logs.append(log)
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
         self.procs.append(proc)
+        self.by_name[name] = proc
         return proc
 
     def start(self) -> None:
@@ -83,7 +104,7 @@ class KubeCluster:
             ],
         )
         wait_port(etcd_port, timeout=30)
-        key, pub = self.dir / "sa.key", self.dir / "sa.pub"
+        key, pub = self.sa_key, self.dir / "sa.pub"
         subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
         subprocess.run(
             ["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(pub)], check=True, capture_output=True
@@ -97,13 +118,11 @@ class KubeCluster:
                 "--etcd-servers",
                 f"http://127.0.0.1:{etcd_port}",
                 "--bind-address",
-                "127.0.0.1",
+                self.host,
                 "--advertise-address",
-                "127.0.0.1",
+                self.host,
                 "--secure-port",
                 str(self.port),
-                "--cert-dir",
-                str(self.dir / "certs"),
                 "--service-account-issuer",
                 "https://kubernetes.default.svc.cluster.local",
                 "--service-account-key-file",
@@ -113,9 +132,9 @@ class KubeCluster:
                 "--token-auth-file",
                 str(tokens),
                 "--authorization-mode",
-                "RBAC",
+                self.authorization_mode,
                 "--service-cluster-ip-range",
-                "10.96.0.0/24",
+                self.service_cidr,
                 "--allow-privileged=true",
                 "--enable-priority-and-fairness=false",
                 "--profiling=false",
@@ -123,6 +142,7 @@ class KubeCluster:
                 "--etcd-compaction-interval=2s",
                 # ...and serve Job watches from etcd itself, which answers a compacted revision with 410.
                 "--watch-cache-sizes=jobs.batch#0",
+                *self.apiserver_args(),
             ],
         )
         self._wait_ready()
@@ -141,10 +161,10 @@ class KubeCluster:
                     "--service-account-private-key-file",
                     str(key),
                     "--root-ca-file",
-                    str(self.dir / "certs" / "apiserver.crt"),
+                    str(self.ca_file),
                     "--use-service-account-credentials=false",
                     "--controllers",
-                    "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle",
+                    self.controllers,
                     "--leader-elect=false",
                     "--bind-address",
                     "127.0.0.1",
@@ -182,7 +202,7 @@ class KubeCluster:
                     "name": "test",
                     "cluster": {
                         "server": self.server,
-                        "certificate-authority": str(self.dir / "certs" / "apiserver.crt"),
+                        "certificate-authority": str(self.ca_file),
                     },
                 }
             ],
@@ -217,7 +237,7 @@ def api_request(
     cluster: KubeCluster, method: str, path: str, body: Any = None, *, token: str = ADMIN_TOKEN
 ) -> tuple[int, Any]:
     """One synchronous API call (for fixtures): (status, decoded body)."""
-    ctx = ssl.create_default_context(cafile=str(cluster.dir / "certs" / "apiserver.crt"))
+    ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
     ctx.check_hostname = False
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(
@@ -231,6 +251,15 @@ def api_request(
             return resp.status, json.loads(resp.read() or b"null")
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read() or b"null")
+
+
+def api_text(cluster: KubeCluster, path: str) -> str:
+    """One GET of a plain-text resource (e.g. a Pod's log); raises for a non-2xx answer."""
+    ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
+    ctx.check_hostname = False
+    req = urllib.request.Request(cluster.server + path, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
+        return str(resp.read().decode(errors="replace"))
 
 
 def apply_crd(cluster: KubeCluster, crd: dict[str, Any], *, timeout: float = 30) -> None:

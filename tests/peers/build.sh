@@ -3,8 +3,12 @@
 # proxy, and caches the binaries outside the repository, keyed by version.
 #
 #   tests/peers/build.sh [PEER...]     PEER: etcd kube (kube-apiserver + kube-controller-manager)
-#                                           gitea helm kubeconform; default: all of them
+#                                           node (kubelet, kube-scheduler, kube-proxy) coredns
+#                                           act_runner gitea helm kubeconform; default: all of them
 #   tests/peers/build.sh --print NAME  the path of one cached binary (built or not)
+#
+# act_runner's module is refused by this workplace's module proxy: it is built from the source
+# archive in ../shared/peers/ beside the checkout when `go install` fails.
 #
 # Prints the cache folder on its last line. A warm cache makes this a no-op.
 set -euo pipefail
@@ -14,6 +18,10 @@ KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
 GITEA_VERSION=${GITEA_VERSION:-v1.26.0}
 HELM_VERSION=${HELM_VERSION:-v3.20.2}
 KUBECONFORM_VERSION=${KUBECONFORM_VERSION:-v0.7.0}
+COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
+ACT_RUNNER_VERSION=${ACT_RUNNER_VERSION:-v1.0.8}
+ACT_RUNNER_SHA256=${ACT_RUNNER_SHA256:-b3a03a1a98282769084d5d1a2181ebb81b823748238b89f18f27fd0b80520d4f}
+SHARED_PEERS=${GRS_SHARED_PEERS:-$(cd "$(dirname "$0")/../.." && pwd)/../shared/peers}
 
 CACHE=${GRS_PEERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gitea-runner-scaler/peers}
 BIN=$CACHE/bin
@@ -54,23 +62,34 @@ build_etcd() {
   mv "$BIN/etcd-$ETCD_VERSION.tmp" "$BIN/etcd-$ETCD_VERSION"
 }
 
-build_kube() {
-  have "kube-apiserver-$KUBE_VERSION" && have "kube-controller-manager-$KUBE_VERSION" && return
-  say "building kube-apiserver and kube-controller-manager $KUBE_VERSION (about 8 minutes cold)"
+# The k8s.io/kubernetes module, unpacked and made buildable: its go.mod replaces every k8s.io
+# staging module with ./staging/src/..., which the module zip lacks; use the published modules.
+kube_dir() {
   local dir staging
   dir=$(module_dir k8s.io/kubernetes "$KUBE_VERSION")
   staging="v0.${KUBE_VERSION#v1.}"
-  (
-    cd "$dir"
-    # go.mod replaces every k8s.io staging module with ./staging/src/..., which the module zip lacks.
-    for r in $(go mod edit -json | python3 -c 'import json,sys; print(" ".join(r["Old"]["Path"] for r in json.load(sys.stdin).get("Replace") or [] if r["New"]["Path"].startswith("./staging")))'); do
-      go mod edit -replace="$r=$r@$staging"
-    done
-    go build -mod=mod -o "$BIN/kube-apiserver-$KUBE_VERSION.tmp" ./cmd/kube-apiserver
-    go build -mod=mod -o "$BIN/kube-controller-manager-$KUBE_VERSION.tmp" ./cmd/kube-controller-manager
-  )
-  mv "$BIN/kube-apiserver-$KUBE_VERSION.tmp" "$BIN/kube-apiserver-$KUBE_VERSION"
-  mv "$BIN/kube-controller-manager-$KUBE_VERSION.tmp" "$BIN/kube-controller-manager-$KUBE_VERSION"
+  if [ ! -f "$dir/.staging-replaced" ]; then
+    (
+      cd "$dir"
+      for r in $(go mod edit -json | python3 -c 'import json,sys; print(" ".join(r["Old"]["Path"] for r in json.load(sys.stdin).get("Replace") or [] if r["New"]["Path"].startswith("./staging")))'); do
+        go mod edit -replace="$r=$r@$staging"
+      done
+    )
+    touch "$dir/.staging-replaced"
+  fi
+  printf '%s\n' "$dir"
+}
+
+# build_kube_cmds CMD...: ./cmd/CMD of the kubernetes module, each cached as CMD-$KUBE_VERSION.
+build_kube_cmds() {
+  local dir cmd
+  dir=$(kube_dir)
+  for cmd in "$@"; do
+    have "$cmd-$KUBE_VERSION" && continue
+    say "building $cmd $KUBE_VERSION"
+    (cd "$dir" && go build -mod=mod -o "$BIN/$cmd-$KUBE_VERSION.tmp" "./cmd/$cmd")
+    mv "$BIN/$cmd-$KUBE_VERSION.tmp" "$BIN/$cmd-$KUBE_VERSION"
+  done
 }
 
 build_gitea() {
@@ -98,11 +117,33 @@ build_go_install() {
   mv "$CACHE/gobin-$name/$name" "$BIN/$name-$ver"
 }
 
+# act_runner: `go install` where the module proxy serves it, else the source archive in shared/.
+build_act_runner() {
+  local name="act_runner-$ACT_RUNNER_VERSION"
+  have "$name" && return
+  say "building act_runner $ACT_RUNNER_VERSION (about 3 minutes cold)"
+  local ldflags="-s -w -X gitea.com/gitea/runner/internal/pkg/ver.version=$ACT_RUNNER_VERSION"
+  if GOBIN="$CACHE/gobin-act_runner" go install -ldflags "$ldflags" "gitea.com/gitea/runner@$ACT_RUNNER_VERSION" 2>/dev/null; then
+    mv "$CACHE/gobin-act_runner/runner" "$BIN/$name"
+    return
+  fi
+  local archive="$SHARED_PEERS/$name.tar.gz"
+  say "the module proxy does not serve act_runner; building it from $archive"
+  [ -f "$archive" ] || { say "missing $archive (shared/peers beside the checkout)"; exit 1; }
+  echo "$ACT_RUNNER_SHA256  $archive" | sha256sum -c --quiet - || { say "checksum mismatch: $archive"; exit 1; }
+  rm -rf "$CACHE/src/$name"
+  tar -xzf "$archive" -C "$CACHE/src"
+  (cd "$CACHE/src/$name" && go build -mod=mod -ldflags "$ldflags" -o "$BIN/$name.tmp" .)
+  mv "$BIN/$name.tmp" "$BIN/$name"
+}
+
 if [ "${1:-}" = "--print" ]; then
   # tests/peers/build.sh --print NAME: the cached binary's path for the configured version.
   case ${2:-} in
     etcd) echo "$BIN/etcd-$ETCD_VERSION" ;;
-    kube-apiserver|kube-controller-manager) echo "$BIN/$2-$KUBE_VERSION" ;;
+    kube-apiserver|kube-controller-manager|kubelet|kube-scheduler|kube-proxy) echo "$BIN/$2-$KUBE_VERSION" ;;
+    coredns) echo "$BIN/coredns-$COREDNS_VERSION" ;;
+    act_runner) echo "$BIN/act_runner-$ACT_RUNNER_VERSION" ;;
     gitea) echo "$BIN/gitea-$GITEA_VERSION" ;;
     gitea-share) echo "$CACHE/gitea-$GITEA_VERSION-share" ;;
     helm) echo "$BIN/helm-$HELM_VERSION" ;;
@@ -113,11 +154,14 @@ if [ "${1:-}" = "--print" ]; then
 fi
 
 peers=("$@")
-[ ${#peers[@]} -gt 0 ] || peers=(etcd kube gitea helm kubeconform)
+[ ${#peers[@]} -gt 0 ] || peers=(etcd kube node coredns act_runner gitea helm kubeconform)
 for p in "${peers[@]}"; do
   case $p in
     etcd) build_etcd ;;
-    kube) build_kube ;;
+    kube) build_kube_cmds kube-apiserver kube-controller-manager ;;
+    node) build_kube_cmds kubelet kube-scheduler kube-proxy ;;
+    coredns) build_go_install coredns github.com/coredns/coredns "$COREDNS_VERSION" ;;
+    act_runner) build_act_runner ;;
     gitea) build_gitea ;;
     helm) build_go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" ;;
     kubeconform) build_go_install kubeconform github.com/yannh/kubeconform/cmd/kubeconform "$KUBECONFORM_VERSION" ;;

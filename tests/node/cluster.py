@@ -1,0 +1,214 @@
+"""A real one-node Kubernetes cluster on this machine, for end-to-end tests and the sandbox.
+
+The control plane of `tests/kube_cluster.py` (etcd, kube-apiserver, kube-controller-manager) plus
+kube-scheduler, containerd (its own socket and root), a kubelet, a bridge CNI network, kube-proxy
+and CoreDNS. Binaries come from tests/peers/build.sh, images from tests/images/build.sh (imported
+into containerd: nothing is pulled). Pods run for real; Services and their names work inside Pods.
+
+Addresses: the node's own private address (on `lo`), a bridge for Pods, a range for Services; none
+is routed off the machine. `stop()` deletes every Pod while the kubelet still runs, stops every
+process by PID, and undoes every change to the host (see host.py). TEST HARNESS ONLY: needs root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.kube_cluster import ADMIN_TOKEN, KubeCluster, api_request, peer
+from tests.node import configs
+from tests.node.host import HostChanges
+from tests.node.pki import Authority
+from tests.redis_server import free_port
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+IMAGES = ROOT / "tests" / "images" / "build.sh"
+NODE_NAME = "grs-node"
+NODE_IP = "198.51.100.1"
+POD_CIDR = "198.18.0.0/22"
+SERVICE_CIDR = "198.19.0.0/24"
+BRIDGE = "grs-cni0"
+
+
+def image(name: str) -> tuple[str, Path]:
+    """(reference, oci-archive) of a locally built image; a clear error if it is not built."""
+
+    def ask(flag: str) -> str:
+        return subprocess.run(["bash", str(IMAGES), flag, name], check=True, capture_output=True, text=True).stdout
+
+    ref, tar = ask("--ref").strip(), Path(ask("--print").strip())
+    if not tar.is_file():
+        raise RuntimeError(f"image {name} is not built: run `bash tests/images/build.sh` (or .ci/run) first")
+    return ref, tar
+
+
+class NodeCluster(KubeCluster):
+    """The control plane, one real node, Service routing and cluster DNS."""
+
+    host = NODE_IP
+    controllers = "*,-nodeipam,-cloud-node-lifecycle"
+    service_cidr = SERVICE_CIDR
+    authorization_mode = "Node,RBAC"
+
+    def __init__(self, workdir: Path, *, images: tuple[str, ...] = ("pause", "runner")) -> None:
+        super().__init__(workdir, controller_manager=True)
+        self.images = [image(name) for name in images]
+        self.layout = configs.Layout(
+            root=workdir / "node",
+            node_name=NODE_NAME,
+            node_ip=NODE_IP,
+            pod_cidr=POD_CIDR,
+            bridge=BRIDGE,
+            pause_image=image("pause")[0],
+        )
+        self.changes = HostChanges(scratch=str(workdir), node_ip=NODE_IP, bridge=BRIDGE)
+        self.pki = Authority(workdir / "pki")
+
+    @property
+    def ca_file(self) -> Path:
+        return self.pki.ca.cert
+
+    def apiserver_args(self) -> list[str]:
+        service_ip = SERVICE_CIDR.rsplit(".", 1)[0] + ".1"
+        serving = self.pki.issue(
+            "apiserver",
+            cn="kube-apiserver",
+            ips=(NODE_IP, "127.0.0.1", service_ip),
+            dns=("kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"),
+        )
+        client = self.pki.issue("apiserver-kubelet-client", cn="kube-apiserver-kubelet-client", org="system:masters")
+        return [
+            "--tls-cert-file", str(serving.cert), "--tls-private-key-file", str(serving.key),
+            "--client-ca-file", str(self.ca_file),
+            "--kubelet-client-certificate", str(client.cert), "--kubelet-client-key", str(client.key),
+            "--kubelet-preferred-address-types", "InternalIP,Hostname",
+            "--enable-admission-plugins", "NodeRestriction",
+        ]  # fmt: skip
+
+    def start(self) -> None:
+        """Start the control plane and the node; return once the node is Ready and untainted."""
+        self.changes.record()
+        try:
+            super().start()
+            self._start_node()
+            self.wait_node_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_node(self) -> None:
+        root = self.layout.root
+        for sub in ("containerd", "kubelet", "pod-logs", "cni/net.d", "cni/ipam"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        (root / "containerd.toml").write_text(configs.containerd_toml(self.layout))
+        (self.layout.cni_conf_dir / "10-grs.conflist").write_text(configs.cni_conflist(self.layout))
+        (root / "resolv.conf").write_text("")
+        self._spawn("containerd", ["containerd", "--config", str(root / "containerd.toml")])
+        self._wait(lambda: self.layout.containerd_socket.exists(), what="containerd's socket", timeout=30)
+        for _, tar in self.images:
+            self.ctr("images", "import", str(tar))
+        self._spawn("kube-scheduler", [
+            str(peer("kube-scheduler")), "--kubeconfig", str(self.kubeconfig), "--leader-elect=false",
+            "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
+        ])  # fmt: skip
+        self._start_kubelet()
+        proxy_conf = root / "kube-proxy.json"
+        proxy_conf.write_text(
+            configs.kube_proxy_config(
+                self.layout, kubeconfig=self.kubeconfig, healthz_port=free_port(), metrics_port=free_port()
+            )
+        )
+        self._spawn("kube-proxy", [str(peer("kube-proxy")), "--config", str(proxy_conf)])
+        corefile = root / "Corefile"
+        corefile.write_text(configs.corefile(self.layout, kubeconfig=self.kubeconfig, health_port=free_port()))
+        self._spawn("coredns", [str(peer("coredns")), "-conf", str(corefile)])
+
+    def _start_kubelet(self) -> None:
+        root = self.layout.root
+        identity = self.pki.issue("kubelet-client", cn=f"system:node:{NODE_NAME}", org="system:nodes")
+        serving = self.pki.issue("kubelet-serving", cn=NODE_NAME, ips=(NODE_IP,), dns=(NODE_NAME,))
+        kubeconfig = root / "kubelet.kubeconfig"
+        config = json.loads(self.kubeconfig.read_text())
+        config["users"][0]["user"] = {"client-certificate": str(identity.cert), "client-key": str(identity.key)}
+        kubeconfig.write_text(json.dumps(config))
+        settings = root / "kubelet.json"
+        settings.write_text(
+            configs.kubelet_config(
+                self.layout,
+                ca=self.ca_file,
+                cert=serving.cert,
+                key=serving.key,
+                port=free_port(),
+                healthz_port=free_port(),
+            )
+        )
+        self._spawn("kubelet", [
+            str(peer("kubelet")), "--config", str(settings), "--kubeconfig", str(kubeconfig),
+            "--root-dir", str(root / "kubelet"), "--cert-dir", str(root / "kubelet" / "pki"),
+            "--node-ip", NODE_IP, "--hostname-override", NODE_NAME, "--v", "1",
+        ])  # fmt: skip
+
+    def ctr(self, *args: str) -> str:
+        """One `ctr` call in the CRI namespace of this node's containerd."""
+        done = subprocess.run(
+            ["ctr", "--address", str(self.layout.containerd_socket), "--namespace", "k8s.io", *args],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout
+
+    def wait_node_ready(self, timeout: float = 90.0) -> None:
+        """Until the node is Ready and carries no NoSchedule taint."""
+
+        def ready() -> bool:
+            status, node = api_request(self, "GET", f"/api/v1/nodes/{NODE_NAME}")
+            if status != 200:
+                return False
+            conds = {c["type"]: c["status"] for c in node["status"].get("conditions") or []}
+            taints = [t for t in node["spec"].get("taints") or [] if t["effect"] in ("NoSchedule", "NoExecute")]
+            return conds.get("Ready") == "True" and not taints
+
+        self._wait(ready, what=f"node {NODE_NAME} Ready", timeout=timeout)
+
+    def _wait(self, check: Any, *, what: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, proc in self.by_name.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited while waiting for {what}: see {self.dir}/{name}.log")
+            if check():
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"{what}: not within {timeout}s (see {self.dir}/*.log)")
+
+    def _drain(self, timeout: float = 60.0) -> None:
+        """Delete every Job and Pod while the kubelet runs, and wait until no container is left."""
+        status, namespaces = api_request(self, "GET", "/api/v1/namespaces")
+        if status != 200:
+            return
+        for ns in (n["metadata"]["name"] for n in namespaces["items"]):
+            api_request(self, "DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs?propagationPolicy=Background")
+            api_request(self, "DELETE", f"/api/v1/namespaces/{ns}/pods?gracePeriodSeconds=0")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            _, pods = api_request(self, "GET", "/api/v1/pods")
+            if not pods.get("items") and not self.ctr("tasks", "list", "--quiet").split():
+                return
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """Delete all Pods, stop every process by PID, and undo every change to the host."""
+        kubelet = self.by_name.get("kubelet")
+        if kubelet is not None and kubelet.poll() is None:
+            with contextlib.suppress(OSError, subprocess.CalledProcessError):
+                self._drain()
+        super().stop()
+        self.changes.undo()
+
+
+__all__ = ["ADMIN_TOKEN", "NODE_IP", "NODE_NAME", "NodeCluster", "image"]
