@@ -11,6 +11,9 @@ from datetime import UTC, datetime
 from typing import Literal
 
 _STANDARD = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime", "taskName"}
+# Client libraries that log whole requests and responses at DEBUG: Secret objects, tokens, payloads.
+# They stay at WARNING whatever the level asked for, so that DEBUG never prints a secret.
+_VERBATIM = ("kubernetes_asyncio", "aiohttp.access", "urllib3")
 
 
 class JsonFormatter(logging.Formatter):
@@ -43,4 +46,5 @@ def setup(*, level: str, fmt: Literal["json", "text"]) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    for name in _VERBATIM:
+        logging.getLogger(name).setLevel(logging.WARNING)
