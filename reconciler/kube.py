@@ -22,7 +22,7 @@ from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from reconciler.crd import GROUP, PLURAL, VERSION
-from reconciler.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, SELECTOR, GroupRef
+from reconciler.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, RUNNER_CONTAINER, SELECTOR, GroupRef
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -98,6 +98,7 @@ class JobObject:
     created_ms: int
     finished: str  # "" while running, "Complete" or "Failed"
     reason: str  # why it failed
+    finished_ms: int = 0  # when it finished (0 while running)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,7 @@ class PodObject:
     phase: str
     created_ms: int
     running_since_ms: int | None
+    failure: str = ""  # for a failed Pod: the runner's exit code and termination message
 
 
 def group_from(raw: Mapping[str, Any]) -> GroupObject:
@@ -128,11 +130,12 @@ def group_from(raw: Mapping[str, Any]) -> GroupObject:
 def job_from(raw: Mapping[str, Any]) -> JobObject:
     """Convert a batch/v1 Job."""
     meta = raw["metadata"]
-    finished, reason = "", ""
+    finished, reason, finished_ms = "", "", 0
     for cond in (raw.get("status") or {}).get("conditions") or []:
         if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
             finished = cond["type"]
             reason = cond.get("reason") or cond.get("message") or ""
+            finished_ms = _ms(cond.get("lastTransitionTime")) or 0
     job_id = (meta.get("annotations") or {}).get(JOB_ID_ANNOTATION)
     return JobObject(
         namespace=meta["namespace"],
@@ -142,6 +145,7 @@ def job_from(raw: Mapping[str, Any]) -> JobObject:
         created_ms=_ms(meta.get("creationTimestamp")) or 0,
         finished=finished,
         reason=reason,
+        finished_ms=finished_ms,
     )
 
 
@@ -150,10 +154,15 @@ def pod_from(raw: Mapping[str, Any]) -> PodObject:
     meta, status = raw["metadata"], raw.get("status") or {}
     labels = meta.get("labels") or {}
     running: int | None = None
+    failure = ""
     for cs in status.get("containerStatuses") or []:
-        started = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
+        state = cs.get("state") or {}
+        started = (state.get("running") or {}).get("startedAt")
         if started:
             running = _ms(started)
+        ended = state.get("terminated") or {}
+        if cs.get("name") == RUNNER_CONTAINER and ended.get("exitCode"):
+            failure = _failure(ended)
     return PodObject(
         namespace=meta["namespace"],
         name=meta["name"],
@@ -161,7 +170,15 @@ def pod_from(raw: Mapping[str, Any]) -> PodObject:
         phase=status.get("phase") or "Pending",
         created_ms=_ms(meta.get("creationTimestamp")) or 0,
         running_since_ms=running if status.get("phase") == "Running" else None,
+        failure=failure,
     )
+
+
+def _failure(terminated: Mapping[str, Any]) -> str:
+    """A failed runner container, in one line: its exit code and the last line of its message."""
+    lines = [line.strip() for line in str(terminated.get("message") or "").splitlines() if line.strip()]
+    said = f": {lines[-1][:300]}" if lines else f" ({terminated.get('reason') or 'Error'})"
+    return f"exit code {terminated.get('exitCode')}{said}"
 
 
 # -- informers ------------------------------------------------------------------------------------

@@ -26,10 +26,10 @@ from reconciler.kube import GroupObject, JobObject, Kube, PermanentError, PodObj
 from reconciler.labels import effective_labels, names
 from reconciler.manifests import build_job, job_name
 from reconciler.metrics import Metrics
-from reconciler.plan import Counts, Create, GroupView, Plan, Runner, assign, classify, plan
+from reconciler.plan import Counts, Create, GroupView, Phase, Plan, Runner, assign, classify, plan
 from reconciler.settings import Settings
 from reconciler.status import Condition, desired_status
-from webhook_scaler.queue import ALL, JobStore, JobUpdate, QueuedJob, Scope
+from webhook_scaler.queue import ALL, Activity, JobStore, JobUpdate, QueuedJob, Scope
 
 log = logging.getLogger(__name__)
 CREATED_WINDOW_MS = 120_000
@@ -284,7 +284,7 @@ class Controller:
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), UTC)
 
-    def runners(self, group: GroupObject, busy: set[str]) -> list[Runner]:
+    def runners(self, group: GroupObject, activity: Activity) -> list[Runner]:
         """The group's runner Jobs, classified."""
         pods = {job.name: self._pods_by_job.get((job.namespace, job.name), []) for job in self._jobs_of(group)}
         return [
@@ -293,9 +293,11 @@ class Controller:
                 job_id=job.job_id,
                 created_ms=job.created_ms,
                 finished=job.finished,
-                reason=job.reason,
+                reason=next((p.failure for p in pods.get(job.name, []) if p.failure), job.reason),
                 pod_phases=[(p.phase, p.running_since_ms) for p in pods.get(job.name, [])],
-                busy=job.name in busy,
+                busy=job.name in activity.busy,
+                finished_ms=job.finished_ms,
+                done_ms=activity.done_ms.get(job.name),
             )
             for job in self._jobs_of(group)
         ]
@@ -308,8 +310,8 @@ class Controller:
     ) -> Plan:
         """Plan one group and apply the plan."""
         jobs = self._jobs_of(group)
-        busy = await self.store.busy([j.name for j in jobs if not j.finished])
-        runners = self.runners(group, busy)
+        activity = await self.store.activity([j.name for j in jobs if not j.finished])
+        runners = self.runners(group, activity)
         now_ms = self.now_ms()
         recent = await self.store.recently_created(group.uid, since_ms=now_ms - CREATED_WINDOW_MS)
         in_flight = len(recent - {j.name for j in jobs})
@@ -320,7 +322,15 @@ class Controller:
             now_ms=now_ms,
             in_flight=in_flight,
             idle_grace_ms=int(self.settings.idle_grace * 1000),
+            backoff_ms=(int(self.settings.runner_backoff_initial * 1000), int(self.settings.runner_backoff_max * 1000)),
+            finish_grace_ms=int(self.settings.finish_grace * 1000),
         )
+        # Look again when a backoff ends, or when a runner that outlived its job is due for deletion.
+        due = [r.since_ms + int(self.settings.finish_grace * 1000) for r in runners if r.phase is Phase.FINISHING]
+        if decided.held and decided.backoff is not None:
+            due.append(decided.backoff.retry_at_ms)
+        if due:
+            asyncio.get_running_loop().call_later(max(0, min(due) - now_ms) / 1000 + 0.05, self.wake.set)
         label = f"{group.namespace}/{group.name}"
         await self._apply_deletes(group, decided, label)
         created = await self._apply_creates(group, spec, decided.create, label)
@@ -337,6 +347,7 @@ class Controller:
             gitea=state.gitea,
             last_poll=state.last_poll,
             failed=decided.failed,
+            backoff=decided.backoff,
         )
         await self._write_status(group, status, state)
         return decided

@@ -22,7 +22,10 @@ MANAGED_BY = "gitea-runner-scaler"
 JOB_ID_ANNOTATION = "gitea.bpg.pw/job-id"
 QUEUED_AT_ANNOTATION = "gitea.bpg.pw/queued-at-ms"
 RUNNER_CONTAINER = "runner"
-BACKOFF_LIMIT = 2
+# An ephemeral runner is never restarted in place: a second start would register a second runner.
+# A runner that fails fails its Job at once, and the controller decides when to try again (with a
+# per-group backoff), so a bad token cannot churn Pods.
+BACKOFF_LIMIT = 0
 SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 
 # Env the controller owns; the same names in the podTemplate are replaced.
@@ -100,12 +103,15 @@ def build_job(
     labels = {GROUP_LABEL: group.name, MANAGED_BY_LABEL: MANAGED_BY}
     meta["labels"] = {**(meta.get("labels") or {}), **labels}
     pod: dict[str, Any] = template.setdefault("spec", {})
-    pod["restartPolicy"] = "OnFailure"
+    pod["restartPolicy"] = "Never"
     pod["automountServiceAccountToken"] = False
     container = _runner_container(pod)
     container["image"] = spec.image
     user_env = [e for e in container.get("env") or [] if e.get("name") not in _OWNED_ENV]
     container["env"] = runner_env(spec, name=name) + user_env
+    # A runner that fails says why in its last log lines; they become the Pod's termination message,
+    # which the controller reports in the group's status (act_runner never logs the token).
+    container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     if is_dind(spec.image) and "securityContext" not in container:
         container["securityContext"] = {"privileged": True}
 

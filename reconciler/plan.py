@@ -6,7 +6,14 @@ ones; the difference to the runners that exist is created or deleted, clamped so
 never has more than `maxActiveRunners` runners. Which runner takes which job is Gitea's choice
 (any matching runner may take any queued job), so runners are counted, not mapped to jobs; the job
 a runner was started for only names it and anchors the claim that stops two replicas from starting
-two runners for one job. Must not do I/O, sleep, or read the clock: `now_ms` is an argument.
+two runners for one job.
+
+Runners that fail (a bad registration token, Gitea unreachable, an image that does not start) hold
+the group back: after n failures in a row no runner is started until the last failure is
+`min(initial * 2^(n-1), max)` old. The streak is read from the failed runner Jobs themselves (failed
+after the group's last runner that took a job or finished), so every replica sees the same one and
+it survives restarts; a runner that takes a job ends it. Must not do I/O, sleep, or read the clock:
+`now_ms` is an argument.
 """
 
 from __future__ import annotations
@@ -25,11 +32,15 @@ class Phase(StrEnum):
     PENDING = "pending"  # no Pod yet, or the Pod is not running (scheduling, pulling the image)
     IDLE = "idle"  # running, not known to have taken a job
     BUSY = "busy"  # running a Gitea job
+    # still running although the one job it took is over: act_runner exits within a second after a
+    # job, unless Gitea removed it mid-job (a cancelled run deletes the ephemeral runner's row, and
+    # the runner never hears of the cancel); after a grace it is deleted, as it serves nobody
+    FINISHING = "finishing"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
 
 
-ACTIVE = frozenset({Phase.PENDING, Phase.IDLE, Phase.BUSY})
+ACTIVE = frozenset({Phase.PENDING, Phase.IDLE, Phase.BUSY, Phase.FINISHING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +52,7 @@ class Runner:
     since_ms: int  # when it entered its phase (creation for PENDING, pod start for IDLE)
     job_id: int | None = None  # the Gitea job it was started for (None: a warm runner)
     reason: str = ""  # why it failed, for FAILED
+    finished_ms: int = 0  # when it finished, for SUCCEEDED and FAILED
 
 
 def classify(
@@ -52,15 +64,20 @@ def classify(
     reason: str,
     pod_phases: Sequence[tuple[str, int | None]],
     busy: bool,
+    finished_ms: int = 0,
+    done_ms: int | None = None,
 ) -> Runner:
-    """A runner's phase from its Job's finish condition, its Pods' (phase, running-since) and Gitea's word."""
+    """A runner's phase from its Job's finish condition, its Pods' (phase, running-since) and Gitea's word
+    (`busy`: it runs a job; `done_ms`: when the job it took completed)."""
     if finished == "Complete":
-        return Runner(name, Phase.SUCCEEDED, created_ms, job_id)
+        return Runner(name, Phase.SUCCEEDED, created_ms, job_id, finished_ms=finished_ms or created_ms)
     if finished == "Failed":
-        return Runner(name, Phase.FAILED, created_ms, job_id, reason or "Failed")
+        return Runner(name, Phase.FAILED, created_ms, job_id, reason or "Failed", finished_ms or created_ms)
     running = [since for phase, since in pod_phases if phase == "Running"]
     if busy:
         return Runner(name, Phase.BUSY, min((s for s in running if s), default=created_ms), job_id)
+    if running and done_ms is not None:
+        return Runner(name, Phase.FINISHING, done_ms, job_id)
     if running:
         return Runner(name, Phase.IDLE, min((s for s in running if s), default=created_ms), job_id)
     if any(phase == "Succeeded" for phase, _ in pod_phases):
@@ -83,8 +100,37 @@ class Delete:
     """Delete a runner Job."""
 
     name: str
-    reason: str  # pending_timeout | surplus_idle
+    reason: str  # pending_timeout | surplus_idle | job_over
     job_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Runners that failed in a row, and when the next may start."""
+
+    failures: int
+    retry_at_ms: int
+    last: Runner
+
+
+def backoff(runners: Sequence[Runner], *, initial_ms: int, max_ms: int) -> Backoff | None:
+    """The group's failure streak: runners failed since the last one that took a job or finished."""
+    ok_ms = max(
+        (r.finished_ms if r.phase is Phase.SUCCEEDED else r.since_ms for r in runners if r.phase in _PROVEN),
+        default=0,
+    )
+    failed = sorted((r for r in runners if r.phase is Phase.FAILED and r.finished_ms > ok_ms), key=_finished)
+    if not failed:
+        return None
+    delay = min(initial_ms * 2 ** min(len(failed) - 1, 30), max_ms)
+    return Backoff(len(failed), failed[-1].finished_ms + delay, failed[-1])
+
+
+_PROVEN = frozenset({Phase.BUSY, Phase.SUCCEEDED})
+
+
+def _finished(r: Runner) -> tuple[int, str]:
+    return r.finished_ms, r.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +150,8 @@ class Plan:
     delete: tuple[Delete, ...]
     counts: Counts
     failed: tuple[Runner, ...]
+    backoff: Backoff | None = None  # the failure streak, if any
+    held: bool = False  # True while the backoff stops new runners
 
 
 def plan(
@@ -114,12 +162,18 @@ def plan(
     now_ms: int,
     in_flight: int = 0,
     idle_grace_ms: int = 60_000,
+    backoff_ms: tuple[int, int] = (10_000, 300_000),
+    finish_grace_ms: int = 30_000,
 ) -> Plan:
     """Decide one pass for one group.
 
     `queued`: the queued jobs assigned to this group; `runners`: its runner Jobs; `in_flight`:
-    runners created (by any replica) that the caller's cache does not show yet.
+    runners created (by any replica) that the caller's cache does not show yet; `backoff_ms`: the
+    first and the longest wait after failed runners; `finish_grace_ms`: how long a runner may keep
+    running after its job is over.
     """
+    streak = backoff(runners, initial_ms=backoff_ms[0], max_ms=backoff_ms[1])
+    held = streak is not None and now_ms < streak.retry_at_ms
     by_name = {r.name: r for r in runners}
     active = [r for r in runners if r.phase in ACTIVE]
     pending_limit = spec.pending_timeout_seconds * 1000
@@ -128,6 +182,8 @@ def plan(
     for r in active:
         if r.phase is Phase.PENDING and now_ms - r.since_ms > pending_limit:
             delete.append(Delete(r.name, "pending_timeout", r.job_id))
+        elif r.phase is Phase.FINISHING and now_ms - r.since_ms > finish_grace_ms:
+            delete.append(Delete(r.name, "job_over", r.job_id))
     reaped = {d.name for d in delete}
     spare = [r for r in active if r.phase in (Phase.PENDING, Phase.IDLE) and r.name not in reaped]
     active_count = len(active) - len(reaped) + in_flight
@@ -144,7 +200,7 @@ def plan(
             surplus -= 1
 
     create: list[Create] = []
-    if not spec.suspend:
+    if not spec.suspend and not held:
         wanted = min(-surplus, spec.max_active_runners - active_count) if surplus < 0 else 0
         for job in sorted(queued, key=lambda j: (j.queued_ms, j.job_id)):
             if len(create) >= wanted:
@@ -162,7 +218,7 @@ def plan(
         idle=sum(1 for r in spare if r.phase is Phase.IDLE and r.name not in {d.name for d in delete}),
         queued=len(queued),
     )
-    return Plan(create=tuple(create), delete=tuple(delete), counts=counts, failed=failed)
+    return Plan(create=tuple(create), delete=tuple(delete), counts=counts, failed=failed, backoff=streak, held=held)
 
 
 _SPECIFICITY = {"repo": 3, "org": 2, "user": 2, "global": 1}

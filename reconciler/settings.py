@@ -28,6 +28,15 @@ class Settings(RedisSettings):
     idle_grace: float = Field(60.0, ge=0, description="Seconds an idle surplus runner is kept before deletion.")
     retry_initial: float = Field(1.0, gt=0, description="First backoff after a transient error, in seconds.")
     retry_max: float = Field(60.0, gt=0, description="Longest backoff after transient errors, in seconds.")
+    finish_grace: float = Field(
+        30.0, ge=0, description="Seconds a runner may keep running after the job it took is over; then it is deleted."
+    )
+    runner_backoff_initial: float = Field(
+        10.0, gt=0, description="Seconds a group waits after a runner failed before it starts another."
+    )
+    runner_backoff_max: float = Field(
+        300.0, gt=0, description="Longest wait after runners failed in a row (the wait doubles each time)."
+    )
     lease_ttl: float = Field(15.0, ge=1, description="Seconds a group's reconcile lease lasts at most.")
     listen_host: str = Field("0.0.0.0", description="Address of the metrics and health server.")  # noqa: S104
     listen_port: int = Field(8081, ge=0, le=65535, description="Port of the metrics and health server.")

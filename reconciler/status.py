@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from reconciler.crd import RunnerGroupSpec
-from reconciler.plan import Counts, Runner
+from reconciler.plan import Backoff, Counts, Runner
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +43,20 @@ def _conditions(previous: Mapping[str, Any], wanted: Sequence[Condition], *, now
     return out
 
 
+def _health(backoff: Backoff | None, failed: Sequence[Runner]) -> Condition:
+    if backoff is None:
+        message = "no runner failed since the last one that took a job" if failed else "no failed runner Jobs"
+        return Condition("RunnersHealthy", "True", "NoFailures", message)
+    last = backoff.last
+    retry = datetime.fromtimestamp(backoff.retry_at_ms / 1000, UTC).isoformat(timespec="seconds")
+    reason = "RegistrationFailed" if "regist" in last.reason.lower() else "RunnerFailed"
+    message = (
+        f"{backoff.failures} runner(s) failed in a row; no new runner before {retry.replace('+00:00', 'Z')}. "
+        f"Last: {last.name}: {last.reason}"
+    )
+    return Condition("RunnersHealthy", "False", reason, message)
+
+
 def desired_status(
     *,
     generation: int,
@@ -54,6 +68,7 @@ def desired_status(
     gitea: Condition | None,
     last_poll: str | None,
     failed: Sequence[Runner],
+    backoff: Backoff | None = None,
 ) -> dict[str, Any]:
     """The whole status object for this pass."""
     stamp = now.isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -64,11 +79,7 @@ def desired_status(
     else:
         ready = Condition("Ready", "True", "Reconciled", "runners follow the queued jobs")
     reach = gitea or Condition("GiteaReachable", "Unknown", "NotPolledYet", "no poll of Gitea has finished yet")
-    if failed:
-        latest = ", ".join(f"{r.name} ({r.reason})" for r in failed[:5])
-        health = Condition("RunnersHealthy", "False", "RunnerFailed", f"failed runner Jobs: {latest}")
-    else:
-        health = Condition("RunnersHealthy", "True", "NoFailures", "no failed runner Jobs")
+    health = _health(backoff, failed)
     status: dict[str, Any] = {
         "target": spec.target if spec else "",
         "activeRunners": counts.active if counts else 0,

@@ -13,6 +13,7 @@ them in one slot and the scripts stay legal there.
 | `{p}:queued:repo:{owner}/{repo}` | zset   | queued job ids of one repository                  | pruned at job TTL|
 | `{p}:claim:{job_id}`             | string | name of the runner Job started for it             | claim TTL        |
 | `{p}:busy:{runner_name}`         | string | job id the runner took (`in_progress`)            | job TTL          |
+| `{p}:done:{runner_name}`         | string | when the job the runner took completed (ms)       | job TTL          |
 | `{p}:lock:{name}`                | string | a short lease, e.g. one group's reconcile pass    | lease TTL        |
 | `{p}:created:{group_uid}`        | zset   | runner Jobs created lately, scored by time (ms)   | created window   |
 | `{p}:events`                     | stream | `job`, `state` for every applied change (wake-up) | MAXLEN ~ 10,000  |
@@ -43,7 +44,7 @@ from webhook_scaler.gitea import JobStatus, WorkflowJob, WorkflowJobPayload
 
 _PHASE = {JobStatus.WAITING: 1, JobStatus.QUEUED: 2, JobStatus.IN_PROGRESS: 3, JobStatus.COMPLETED: 4}
 
-# KEYS: job, delivery ("" = none), idx all, idx owner, idx repo, claim, stream, busy-key prefix
+# KEYS: job, delivery ("" = none), idx all, idx owner, idx repo, claim, stream, busy-key prefix, done-key prefix
 # ARGV[1]: one JSON object (one argument packs far faster than thirty): rank, state, now (ms), ttl (s),
 #   delivery_ttl (s), maxlen, index_age (ms), poll_since (ms, -1 = a webhook), id, fields {name: value}
 _RECORD = """
@@ -84,6 +85,9 @@ if runner and runner ~= '' then
     redis.call('SET', KEYS[8] .. runner, id, 'EX', a.ttl)
   else
     redis.call('DEL', KEYS[8] .. runner)
+    if state == 'completed' then
+      redis.call('SET', KEYS[9] .. runner, a.now, 'EX', a.ttl)
+    end
   end
 end
 if state == 'queued' then
@@ -274,6 +278,9 @@ class JobStore:
     def _busy_key(self, runner: str) -> str:
         return f"{self._p}:busy:{runner}"
 
+    def _done_key(self, runner: str) -> str:
+        return f"{self._p}:done:{runner}"
+
     def _index(self, scope: Scope) -> str:
         if scope.kind == "all":
             return f"{self._p}:queued"
@@ -305,6 +312,7 @@ class JobStore:
             self._claim_key(update.job_id),
             self.stream,
             self._busy_key(""),
+            self._done_key(""),
         ]
         packed = {
             "rank": str(update.rank),
@@ -456,14 +464,30 @@ class JobStore:
 
     async def busy(self, runners: Sequence[str]) -> set[str]:
         """Which of these runner names Gitea reported as running a job (from `in_progress` events)."""
+        return (await self.activity(runners)).busy
+
+    async def activity(self, runners: Sequence[str]) -> Activity:
+        """What Gitea reported about these runners: which run a job, and when the job of others ended."""
         if not runners:
-            return set()
-        values = await self.redis.mget([self._busy_key(r) for r in runners])
-        return {r for r, v in zip(runners, values, strict=True) if v is not None}
+            return Activity(set(), {})
+        values = await self.redis.mget([self._busy_key(r) for r in runners] + [self._done_key(r) for r in runners])
+        busy, done = values[: len(runners)], values[len(runners) :]
+        return Activity(
+            busy={r for r, v in zip(runners, busy, strict=True) if v is not None},
+            done_ms={r: int(v) for r, v in zip(runners, done, strict=True) if v is not None},
+        )
 
     async def ping(self) -> bool:
         """Whether Redis answers."""
         return bool(await self.redis.ping())
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """Gitea's word on runners: busy ones (`in_progress`), and when the job of others completed."""
+
+    busy: set[str]
+    done_ms: dict[str, int]
 
 
 def _text(value: bytes | str | int) -> str:

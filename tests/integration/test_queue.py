@@ -184,3 +184,6 @@ async def test_busy_runners_follow_in_progress_and_completed(redis: Redis) -> No
     await store.record(done, now_ms=3)
     assert await store.busy([in_progress.runner_name]) == set()
     assert (await store.state(101))["runner"] == in_progress.runner_name
+    # ...and when the job it took ended, so that a runner outliving its job can be told apart
+    activity = await store.activity([in_progress.runner_name, "other"])
+    assert activity.busy == set() and activity.done_ms == {in_progress.runner_name: 3}

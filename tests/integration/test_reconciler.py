@@ -198,7 +198,7 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
         assert meta["ownerReferences"][0]["uid"] == rg["metadata"]["uid"]
         assert meta["ownerReferences"][0]["controller"] is True
         assert job["spec"]["ttlSecondsAfterFinished"] == 600
-        assert pod["restartPolicy"] == "OnFailure" and pod["automountServiceAccountToken"] is False
+        assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
         env = {e["name"]: e for e in pod["containers"][0]["env"]}
         assert env["GITEA_RUNNER_REGISTRATION_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "gitea", "key": "reg"}
         assert REG_TOKEN not in str(job)

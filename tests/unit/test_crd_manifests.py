@@ -81,10 +81,11 @@ def test_job_manifest_invariants() -> None:
     job = build_job(REF, s, name="builders-7-ab12", job_id=7, queued_ms=123)
     pod = job["spec"]["template"]["spec"]
     runner = pod["containers"][0]
-    assert pod["restartPolicy"] == "OnFailure" and pod["automountServiceAccountToken"] is False
+    assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
     assert pod["nodeSelector"] == {"pool": "ci"} and pod["containers"][1]["name"] == "sidecar"
     assert runner["image"] == s.image and runner["resources"] == {"limits": {"cpu": "2"}}
     assert runner["securityContext"] == {"privileged": True}  # the default image is dind
+    assert runner["terminationMessagePolicy"] == "FallbackToLogsOnError"  # why it failed reaches the status
     env = {e["name"]: e for e in runner["env"]}
     assert env["GITEA_RUNNER_REGISTRATION_TOKEN"] == {
         "name": "GITEA_RUNNER_REGISTRATION_TOKEN",
@@ -107,7 +108,7 @@ def test_job_manifest_invariants() -> None:
         }
     ]
     assert job["spec"]["template"]["metadata"]["labels"]["team"] == "infra"
-    assert job["spec"]["backoffLimit"] <= 3 and job["spec"]["ttlSecondsAfterFinished"] == 600
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["ttlSecondsAfterFinished"] == 600
 
 
 def test_privileged_only_for_dind_images() -> None:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reconciler.crd import RunnerGroupSpec
-from reconciler.plan import ACTIVE, Create, Delete, Phase, Runner, plan
+from reconciler.plan import ACTIVE, Create, Delete, Phase, Runner, classify, plan
 from tests.groups import spec
 from webhook_scaler.queue import QueuedJob
 
@@ -308,3 +308,70 @@ def test_assign_matches_its_definition(case: tuple[list[QueuedJob], list[Any]]) 
             best = min(fits, key=lambda g: (-_SPECIFICITY[g.spec.scope], g.namespace, g.name))
             expected[(best.namespace, best.name)].append(j)
     assert assign(jobs, groups) == expected
+
+
+def failed(name: str, at: int) -> Runner:
+    return Runner(name=name, phase=Phase.FAILED, since_ms=at - 5000, reason="exit code 1: refused", finished_ms=at)
+
+
+@pytest.mark.parametrize(
+    ("runners", "now", "held", "failures"),
+    [
+        pytest.param([failed("f1", NOW - 5_000)], NOW, True, 1, id="one-failure-waits-10s"),
+        pytest.param([failed("f1", NOW - 10_001)], NOW, False, 1, id="one-failure-after-10s-retries"),
+        pytest.param([failed("f1", NOW - 30_000), failed("f2", NOW - 15_000)], NOW, True, 2, id="two-wait-20s"),
+        pytest.param([failed("f1", NOW - 30_000), failed("f2", NOW - 21_000)], NOW, False, 2, id="two-after-20s"),
+        pytest.param(
+            [failed(f"f{i}", NOW - 290_000 + i) for i in range(20)], NOW, True, 20, id="capped-at-300s-still-held"
+        ),
+        pytest.param(
+            [failed(f"f{i}", NOW - 301_000 + i) for i in range(20)], NOW, False, 20, id="capped-at-300s-then-retries"
+        ),
+        pytest.param(
+            [failed("f1", NOW - 5_000), Runner("ok", Phase.SUCCEEDED, NOW - 9000, finished_ms=NOW - 1000)],
+            NOW,
+            False,
+            0,
+            id="a-later-success-ends-the-streak",
+        ),
+        pytest.param(
+            [failed("f1", NOW - 5_000), runner("b", Phase.BUSY, since=NOW - 2000)],
+            NOW,
+            False,
+            0,
+            id="a-runner-that-took-a-job-ends-the-streak",
+        ),
+    ],
+)
+def test_failed_runners_back_off(runners: list[Runner], now: int, held: bool, failures: int) -> None:
+    decided = plan(queued=[job(1)], runners=runners, spec=spec(), now_ms=now, backoff_ms=(10_000, 300_000))
+    assert decided.held is held
+    assert (decided.backoff.failures if decided.backoff else 0) == failures
+    assert (decided.create == ()) is held
+
+
+def test_a_runner_that_outlives_its_job_is_deleted_after_the_grace() -> None:
+    stuck = Runner("r1", Phase.FINISHING, since_ms=NOW - 31_000, job_id=1)
+    fresh = Runner("r2", Phase.FINISHING, since_ms=NOW - 1_000, job_id=2)
+    decided = plan(queued=[job(3)], runners=[stuck, fresh], spec=spec(maxActiveRunners=2), now_ms=NOW)
+    assert decided.delete == (Delete("r1", "job_over", 1),)
+    # Both still count against the cap until they are gone, and neither covers the queued job.
+    assert decided.create == (Create(3, 3),)
+
+
+@pytest.mark.parametrize(
+    ("kw", "phase"),
+    [
+        pytest.param({"busy": True, "done_ms": None}, Phase.BUSY, id="busy"),
+        pytest.param({"busy": False, "done_ms": NOW}, Phase.FINISHING, id="running-after-its-job"),
+        pytest.param({"busy": False, "done_ms": None}, Phase.IDLE, id="idle"),
+    ],
+)
+def test_classify_a_running_runner(kw: dict[str, Any], phase: Phase) -> None:
+    got = classify("r", job_id=1, created_ms=1, finished="", reason="", pod_phases=[("Running", 5)], **kw)
+    assert got.phase is phase
+
+
+def test_classify_a_runner_whose_pod_exited_after_its_job() -> None:
+    got = classify("r", job_id=1, created_ms=1, finished="", reason="", pod_phases=[("Succeeded", None)], busy=False)
+    assert got.phase is Phase.SUCCEEDED
