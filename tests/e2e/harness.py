@@ -29,10 +29,11 @@ PASSWORD = "Passw0rd-Passw0rd"
 class Gitea:
     """One Gitea instance in a temporary folder."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, host: str = "127.0.0.1") -> None:
         self.dir = workdir
+        self.host = host  # runner Pods reach Gitea on the node's address, not on loopback
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self.token = ""
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -56,7 +57,7 @@ WORK_PATH = {self.dir}
 ; CI runs as root; Gitea refuses that unless told.
 I_AM_BEING_UNSAFE_RUNNING_AS_ROOT = true
 [server]
-HTTP_ADDR = 127.0.0.1
+HTTP_ADDR = {self.host}
 HTTP_PORT = {self.port}
 ROOT_URL = {self.url}/
 DISABLE_SSH = true
@@ -73,7 +74,7 @@ SECRET_KEY = {secrets.token_hex(16)}
 [actions]
 ENABLED = true
 [webhook]
-ALLOWED_HOST_LIST = loopback
+ALLOWED_HOST_LIST = loopback,{self.host}/32
 DELIVER_TIMEOUT = 5
 [log]
 MODE = file
@@ -142,12 +143,17 @@ ENABLED = false
         return json.loads(raw) if raw else None
 
     def push_file(self, repo: str, path: str, content: str, *, message: str) -> None:
-        """Commit one file to the default branch through the API (a push, as far as Actions care)."""
-        self.api(
-            "POST",
-            f"/repos/{repo}/contents/{path}",
-            {"content": base64.b64encode(content.encode()).decode(), "message": message},
-        )
+        """Commit one file (new or changed) to the default branch through the API: a push, as far as
+        Actions care."""
+        body = {"content": base64.b64encode(content.encode()).decode(), "message": message}
+        try:
+            sha = self.api("GET", f"/repos/{repo}/contents/{path}")["sha"]
+        except RuntimeError as err:
+            if ": 404 " not in str(err):
+                raise
+            self.api("POST", f"/repos/{repo}/contents/{path}", body)  # a new file
+        else:
+            self.api("PUT", f"/repos/{repo}/contents/{path}", {**body, "sha": sha})
 
     def stop(self) -> None:
         """Stop the server."""

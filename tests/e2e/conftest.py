@@ -1,0 +1,50 @@
+"""Fixtures for end-to-end tests on a real node: the node itself and the product installed on it.
+
+Both are module-scoped: nothing of them runs on (and writes to Redis, or loads the cores) while
+other modules' tests run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.node_stack import NodeStack, start_stack
+from tests.node.cluster import NodeCluster
+from tests.redis_server import RedisServer
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
+    """A real one-node cluster (kubelet, containerd, CNI, kube-proxy, CoreDNS), torn down without leftovers."""
+    cluster = NodeCluster(tmp_path_factory.mktemp("node"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+    left = cluster.changes.leftovers()
+    assert not left, f"the node left these on the machine: {left}"
+
+
+@pytest.fixture(scope="module")
+def stack(node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeStack]:
+    """Gitea, a Redis of its own and our two processes serving RunnerGroups on the node."""
+    redis = RedisServer(tmp_path_factory.mktemp("node-redis"))
+    redis.start()
+    try:
+        # A short runner backoff and finish grace, so that the wrong-token and cancel scenarios take seconds.
+        started = start_stack(
+            tmp_path_factory.mktemp("stack"),
+            node=node,
+            redis=redis,
+            GRS_RUNNER_BACKOFF_INITIAL="3",
+            GRS_FINISH_GRACE="5",
+        )
+        try:
+            yield started
+        finally:
+            started.stop()
+    finally:
+        redis.stop()

@@ -1,0 +1,226 @@
+"""The whole product on a real node: Gitea, Redis, our two processes, runner Pods running act_runner.
+
+`NodeStack` is what the end-to-end tests, the sandbox (`tests/e2e/sandbox.sh`) and the node
+benchmark share: a real Gitea listening on the node's address (runner Pods reach it there), an org
+with a registration token, our `webhook-scaler` and `reconciler` as real processes, and helpers to
+make RunnerGroups, repositories with webhooks, and to wait for what Gitea reports about runs.
+TEST HARNESS ONLY.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from reconciler.crd import crd
+from tests.e2e.harness import Gitea, Service, our_services
+from tests.kube_cluster import api_request, apply_crd
+from tests.node.cluster import NODE_IP, NodeCluster, image
+from tests.redis_server import RedisServer
+
+ORG = "acme"
+SECRET = "node-e2e-webhook-secret"
+TOKENS = "gitea-runner-tokens"
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], T | Literal[False] | None], *, timeout: float, what: str, every: float = 0.2) -> T:
+    """Poll `check` until it returns something truthy, and return that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(every)
+    raise AssertionError(f"{what}: not within {timeout}s")
+
+
+def workflow(*jobs: str, label: str, needs: str | None = None, step: str = "echo hello from $GITHUB_JOB") -> str:
+    """A push workflow: one job per name (each running `step`), and optionally one that needs them all."""
+    lines = ["name: ci", "on: [push]", "jobs:"]
+    for name in jobs:
+        lines += [f"  {name}:", f"    runs-on: {label}", "    steps:", f"      - run: {step}"]
+    if needs:
+        lines += [f"  {needs}:", f"    runs-on: {label}", f"    needs: [{', '.join(jobs)}]"]
+        lines += ["    steps:", "      - run: echo after"]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class NodeStack:
+    """Everything a user runs, on one real node."""
+
+    node: NodeCluster
+    redis: RedisServer
+    gitea: Gitea
+    receiver: Service
+    reconciler: Service
+    receiver_url: str
+    metrics_url: str
+    registration_token: str
+    runner_image: str
+
+    # -- Kubernetes -----------------------------------------------------------------------------
+
+    def namespace(self, name: str, *, unique: bool = True, registration_token: str | None = None) -> str:
+        """A new namespace (`name-xxxxx` when unique) holding the Secret with the registration and API tokens."""
+        ns = f"{name}-{uuid.uuid4().hex[:5]}" if unique else name
+        assert api_request(self.node, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}})[0] == 201
+        self.set_tokens(ns, registration_token=registration_token or self.registration_token, create=True)
+        return ns
+
+    def set_tokens(self, ns: str, *, registration_token: str, create: bool = False) -> None:
+        """Create or replace the namespace's Secret with the registration and API tokens."""
+        data = {"registration-token": registration_token, "api-token": self.gitea.token}
+        secret = {
+            "metadata": {"name": TOKENS},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+        }
+        path = f"/api/v1/namespaces/{ns}/secrets"
+        status, body = (
+            api_request(self.node, "POST", path, secret)
+            if create
+            else api_request(self.node, "PUT", f"{path}/{TOKENS}", secret)
+        )
+        assert status in (200, 201), body
+
+    def group(self, ns: str, label: str, *, name: str = "runners", **spec: Any) -> dict[str, Any]:
+        """Apply a RunnerGroup for org jobs with `runs-on: label`, run in host mode by our runner image."""
+        body = {
+            "apiVersion": "gitea.bpg.pw/v1alpha1",
+            "kind": "RunnerGroup",
+            "metadata": {"name": name},
+            "spec": {
+                "scope": "org",
+                "org": ORG,
+                "gitea": {"url": self.gitea.url},
+                "labels": [f"{label}:host"],
+                "defaultLabels": [],
+                "image": self.runner_image,
+                "maxActiveRunners": 5,
+                "registrationToken": {"secretRef": {"name": TOKENS, "key": "registration-token"}},
+                "authToken": {"secretRef": {"name": TOKENS, "key": "api-token"}},
+                **spec,
+            },
+        }
+        path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups"
+        status, created = api_request(self.node, "POST", path, body)
+        assert status == 201, created
+        return dict(created)
+
+    def group_status(self, ns: str, name: str = "runners") -> dict[str, Any]:
+        """The RunnerGroup's status."""
+        _, body = api_request(self.node, "GET", f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/{name}")
+        return dict(body.get("status") or {})
+
+    def runner_jobs(self, ns: str) -> list[dict[str, Any]]:
+        """The runner Jobs in a namespace."""
+        return list(api_request(self.node, "GET", f"/apis/batch/v1/namespaces/{ns}/jobs")[1]["items"])
+
+    def pods(self, ns: str) -> list[dict[str, Any]]:
+        """The Pods in a namespace."""
+        return list(api_request(self.node, "GET", f"/api/v1/namespaces/{ns}/pods")[1]["items"])
+
+    # -- Gitea ----------------------------------------------------------------------------------
+
+    def repo(self, *, webhook: bool = True) -> str:
+        """A new repository in the org; with a `workflow_job` webhook to our receiver unless told not to."""
+        name = f"r{uuid.uuid4().hex[:6]}"
+        self.gitea.api("POST", f"/orgs/{ORG}/repos", {"name": name, "auto_init": True, "default_branch": "main"})
+        repo = f"{ORG}/{name}"
+        if webhook:
+            config = {"url": self.receiver_url, "content_type": "json", "secret": SECRET}
+            hook = {"type": "gitea", "active": True, "events": ["workflow_job"], "config": config}
+            self.gitea.api("POST", f"/repos/{repo}/hooks", hook)
+        return repo
+
+    def push(self, repo: str, text: str, *, path: str = ".gitea/workflows/ci.yml") -> int:
+        """Commit a workflow; return the id of the run it starts."""
+        before = {r["id"] for r in self.runs(repo)}
+        self.gitea.push_file(repo, path, text, message=f"workflow {path}")
+        return wait_for(
+            lambda: next((int(r["id"]) for r in self.runs(repo) if r["id"] not in before), None),
+            timeout=30,
+            what="the pushed workflow's run",
+        )
+
+    def runs(self, repo: str) -> list[dict[str, Any]]:
+        """The repository's workflow runs."""
+        return list(self.gitea.api("GET", f"/repos/{repo}/actions/runs?limit=50")["workflow_runs"] or [])
+
+    def run(self, repo: str, run_id: int) -> dict[str, Any]:
+        """One workflow run as Gitea reports it."""
+        return dict(self.gitea.api("GET", f"/repos/{repo}/actions/runs/{run_id}"))
+
+    def jobs(self, repo: str, run_id: int) -> list[dict[str, Any]]:
+        """A run's jobs as Gitea reports them (status, conclusion, runner_id)."""
+        return list(self.gitea.api("GET", f"/repos/{repo}/actions/runs/{run_id}/jobs?limit=50")["jobs"] or [])
+
+    def wait_run(self, repo: str, run_id: int, *, timeout: float = 120) -> dict[str, Any]:
+        """Until Gitea reports the run completed; return it."""
+        return wait_for(
+            lambda: (r := self.run(repo, run_id))["status"] == "completed" and r,
+            timeout=timeout,
+            what=f"run {run_id} of {repo} completed",
+            every=0.5,
+        )
+
+    def gitea_runners(self) -> list[dict[str, Any]]:
+        """The org's runners as Gitea lists them."""
+        return list(self.gitea.api("GET", f"/orgs/{ORG}/actions/runners?limit=50")["runners"] or [])
+
+    def delivered_job_ids(self) -> set[int]:
+        """The Gitea jobs the receiver recorded a webhook delivery for."""
+        lines = [line for line in self.receiver.log().splitlines() if '"webhook recorded"' in line]
+        return {int(json.loads(line)["job_id"]) for line in lines}
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop our processes and Gitea (the node and Redis belong to whoever started them)."""
+        for service in (self.reconciler, self.receiver):
+            service.stop()
+        self.gitea.stop()
+
+
+def start_stack(workdir: Path, *, node: NodeCluster, redis: RedisServer, **reconciler_env: str) -> NodeStack:
+    """Gitea on the node's address, an org with a registration token, and our two processes; if any of
+    it fails to start, what did start is stopped again."""
+    runner_image = image("runner")[0]
+    apply_crd(node, crd())
+    gitea = Gitea(workdir / "gitea", host=NODE_IP)
+    started: list[Service | Gitea] = [gitea]
+    try:
+        gitea.start()
+        gitea.api("POST", "/orgs", {"username": ORG})
+        token = gitea.api("POST", f"/orgs/{ORG}/actions/runners/registration-token")["token"]
+        prefix = f"node{uuid.uuid4().hex[:6]}"
+        env = {"GRS_REDIS_PREFIX": prefix, "GRS_POLL_INTERVAL": "3", "GRS_POLL_JITTER": "0", **reconciler_env}
+        receiver, port, reconciler, metrics = our_services(
+            workdir, redis_url=redis.url, kubeconfig=node.kubeconfig, namespace="", secret=SECRET, **env
+        )
+        receiver.env["GRS_REDIS_PREFIX"] = prefix
+        started += [receiver, reconciler]
+        receiver.start(port=port)
+        reconciler.start(port=metrics)
+    except BaseException:
+        for thing in reversed(started):
+            thing.stop()
+        raise
+    return NodeStack(
+        node=node,
+        redis=redis,
+        gitea=gitea,
+        receiver=receiver,
+        reconciler=reconciler,
+        receiver_url=f"http://127.0.0.1:{port}/webhook",
+        metrics_url=f"http://127.0.0.1:{metrics}/metrics",
+        registration_token=token,
+        runner_image=runner_image,
+    )
