@@ -1,47 +1,39 @@
-"""The newcomer's demo: a sandbox with a real Gitea, Redis and Kubernetes API, and our two processes.
+"""The newcomer's demo: the sandbox (a real node, Gitea, Redis, our two processes), a workflow pushed to
+it, and what happens live until Gitea shows it green; then the sandbox stays up until Ctrl-C.
 
-`bash tests/e2e/demo.sh` builds the peers (with progress), starts the sandbox, applies a RunnerGroup,
-pushes a demo workflow, shows what happens live, and keeps the sandbox running with its URLs printed
-until Ctrl-C. TEST HARNESS ONLY: nothing here is meant for production.
-
-There is no kubelet and no act_runner in the sandbox (act_runner's Go module is not served to this
-project's machines), so the runner Jobs get Pods that stay Pending and the jobs stay queued; in a
-real cluster those Pods run act_runner, which takes the job.
+`bash tests/e2e/demo.sh` runs it (as root: the node changes the host; everything is undone on exit).
+TEST HARNESS ONLY: nothing here is meant for production.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import signal
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from reconciler.crd import crd
-from tests.e2e.harness import ADMIN, PASSWORD, Gitea, Service, our_services
-from tests.kube_cluster import KubeCluster, api_request, apply_crd
-from tests.redis_server import RedisServer
+from tests.e2e.node_stack import NodeStack
+from tests.e2e.sandbox import NAMESPACE, Sandbox
 
-NS = "demo"
-SECRET = "demo-webhook-secret"
 WORKFLOW = """name: demo
 on: [push]
 jobs:
   build:
-    runs-on: demo-linux
+    runs-on: ubuntu-latest
     steps:
-      - run: echo building
+      - run: echo building on $HOSTNAME
   test:
-    runs-on: demo-linux
+    runs-on: ubuntu-latest
     steps:
-      - run: echo testing
+      - run: echo testing on $HOSTNAME
   deploy:
-    runs-on: demo-linux
+    runs-on: ubuntu-latest
     needs: [build, test]
     steps:
-      - run: echo deploying
+      - run: echo deploying on $HOSTNAME
 """
 
 
@@ -50,131 +42,71 @@ def say(text: str) -> None:
 
 
 def main() -> None:
-    root = Path(tempfile.mkdtemp(prefix="grs-demo-"))
-    stopping = False
-
-    def stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    redis = RedisServer(root)
-    kube = KubeCluster(root / "kube", controller_manager=True)
-    (root / "kube").mkdir()
-    gitea = Gitea(root / "gitea")
-    services: list[Service] = []
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    sandbox = Sandbox(Path(tempfile.mkdtemp(prefix="grs-demo-")))
     try:
-        say("starting redis-server, etcd, kube-apiserver, kube-controller-manager and Gitea")
-        redis.start()
-        kube.start()
-        apply_crd(kube, crd())
-        gitea.start()
-        gitea.api("POST", "/orgs", {"username": "acme"})
-        gitea.api("POST", "/orgs/acme/repos", {"name": "demo", "auto_init": True, "default_branch": "main"})
-        token = gitea.api("POST", "/orgs/acme/actions/runners/registration-token")["token"]
-
-        say("applying the RunnerGroup 'acme' (org acme, label demo-linux) in namespace demo")
-        api_request(kube, "POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
-        data = {"registration-token": token, "api-token": gitea.token}
-        api_request(
-            kube,
-            "POST",
-            f"/api/v1/namespaces/{NS}/secrets",
-            {
-                "metadata": {"name": "gitea-runner-tokens"},
-                "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
-            },
-        )
-        group = {
-            "apiVersion": "gitea.bpg.pw/v1alpha1",
-            "kind": "RunnerGroup",
-            "metadata": {"name": "acme"},
-            "spec": {
-                "scope": "org",
-                "org": "acme",
-                "gitea": {"url": gitea.url},
-                "labels": ["demo-linux:host"],
-                "defaultLabels": [],
-                "maxActiveRunners": 5,
-                "registrationToken": {"secretRef": {"name": "gitea-runner-tokens", "key": "registration-token"}},
-                "authToken": {"secretRef": {"name": "gitea-runner-tokens", "key": "api-token"}},
-            },
-        }
-        api_request(kube, "POST", f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{NS}/runnergroups", group)
-
-        receiver, port, reconciler, metrics = our_services(
-            root, redis_url=redis.url, kubeconfig=kube.kubeconfig, namespace=NS, secret=SECRET
-        )
-        services = [receiver, reconciler]
-        receiver.start(port=port)
-        reconciler.start(port=metrics)
-        gitea.api(
-            "POST",
-            "/orgs/acme/hooks",
-            {
-                "type": "gitea",
-                "active": True,
-                "events": ["workflow_job"],
-                "config": {"url": f"http://127.0.0.1:{port}/webhook", "content_type": "json", "secret": SECRET},
-            },
-        )
-
-        say("pushing .gitea/workflows/demo.yml to acme/demo: build and test are queued, deploy waits for them")
-        gitea.push_file("acme/demo", ".gitea/workflows/demo.yml", WORKFLOW, message="demo workflow")
+        say("starting the sandbox: Redis, a one-node Kubernetes cluster, Gitea, webhook-scaler, reconciler")
+        info = sandbox.up()
+        stack = sandbox.stack
+        assert stack is not None
+        say(f"RunnerGroup 'ubuntu' in namespace {NAMESPACE} serves runs-on: ubuntu-latest (host mode)")
+        say(f"pushing .gitea/workflows/demo.yml to {info['repo']}: build and test run at once, deploy after them")
+        run_id = stack.push(info["repo"], WORKFLOW, path=".gitea/workflows/demo.yml")
+        conclusion = follow(stack, info["repo"], run_id, stop)
         print(
             f"""
-  Gitea         {gitea.url}/acme/demo/actions   (user {ADMIN}, password {PASSWORD})
-  webhook       http://127.0.0.1:{port}/webhook   metrics http://127.0.0.1:{port}/metrics
-  reconciler    http://127.0.0.1:{metrics}/metrics
-  kubectl       KUBECONFIG={kube.kubeconfig} kubectl -n {NS} get rg,jobs,pods
-  logs          {root}/*.log
-  Stop with Ctrl-C.
+  The run concluded: {conclusion}
+  Gitea         {info["gitea_url"]}/{info["repo"]}/actions
+                (user {info["gitea_user"]}, password {info["gitea_password"]})
+  kubectl       KUBECONFIG={info["kubeconfig"]} kubectl -n {NAMESPACE} get rg,jobs,pods
+  sandbox.json  {json.dumps(info)}
+  Push more workflows with runs-on: ubuntu-latest to {info["repo"]}. Stop with Ctrl-C.
 """,
             flush=True,
         )
-        follow(receiver, kube, gitea, lambda: stopping)
+        stop.wait()
     finally:
-        say("stopping the sandbox")
-        for s in reversed(services):
-            s.stop()
-        gitea.stop()
-        kube.stop()
-        redis.stop()
+        say("stopping the sandbox and undoing its changes to this machine")
+        left = sandbox.down()
+        say(f"left on this machine: {left or 'nothing'}")
 
 
-def follow(receiver: Service, kube: KubeCluster, gitea: Gitea, stopped: Any) -> None:
-    """Print each new thing that happens, until Ctrl-C."""
+def follow(stack: NodeStack, repo: str, run_id: int, stop: threading.Event) -> str:
+    """Print each new thing that happens until the run completes (or Ctrl-C); return its conclusion."""
     seen: set[str] = set()
-    while not stopped():
-        for line in receiver.log().splitlines():
-            if '"webhook recorded"' in line and line not in seen:
-                seen.add(line)
-                d = json.loads(line)
-                say(f"webhook received: job {d['job_id']} {d['action']} ({d['outcome']})")
-        _, jobs = api_request(kube, "GET", f"/apis/batch/v1/namespaces/{NS}/jobs")
-        for job in jobs.get("items", []):
-            key = "job/" + job["metadata"]["name"]
-            if key not in seen:
-                seen.add(key)
-                gitea_job = job["metadata"].get("annotations", {}).get("gitea.bpg.pw/job-id", "warm")
-                say(f"runner Job created: {job['metadata']['name']} for Gitea job {gitea_job}")
-        _, pods = api_request(kube, "GET", f"/api/v1/namespaces/{NS}/pods")
-        for pod in pods.get("items", []):
-            key = f"pod/{pod['metadata']['name']}/{pod['status'].get('phase')}"
-            if key not in seen:
-                seen.add(key)
-                say(
-                    f"runner Pod {pod['metadata']['name']}: {pod['status'].get('phase')} "
-                    "(no kubelet in this sandbox: a cluster would start act_runner here)"
-                )
-        _, rg = api_request(kube, "GET", f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{NS}/runnergroups/acme")
-        status = rg.get("status") or {}
-        key = f"rg/{status.get('activeRunners')}/{status.get('queuedJobs')}"
-        if status and key not in seen:
+
+    def once(key: str, text: str) -> None:
+        if key not in seen:
             seen.add(key)
-            say(f"RunnerGroup acme: {status.get('queuedJobs')} queued, {status.get('activeRunners')} active runners")
-        time.sleep(0.5)
+            say(text)
+
+    while not stop.is_set():
+        for job in stack.jobs(repo, run_id):
+            once(f"gitea/{job['id']}/{job['status']}", f"Gitea job {job['name']}: {job['status']}")
+        for job in stack.runner_jobs(NAMESPACE):
+            meta = job["metadata"]
+            for_job = meta.get("annotations", {}).get("gitea.bpg.pw/job-id", "a warm runner")
+            once(f"job/{meta['name']}", f"runner Job {meta['name']} created for Gitea job {for_job}")
+        for pod in stack.pods(NAMESPACE):
+            name, phase = pod["metadata"]["name"], pod["status"].get("phase")
+            once(f"pod/{name}/{phase}", f"runner Pod {name}: {phase}")
+        group = _group(stack)
+        once(f"rg/{group.get('activeRunners')}/{group.get('queuedJobs')}", _describe(group))
+        run = stack.run(repo, run_id)
+        if run["status"] == "completed":
+            return str(run["conclusion"])
+        time.sleep(0.3)
+    return "not finished (interrupted)"
+
+
+def _group(stack: NodeStack) -> dict[str, Any]:
+    return stack.group_status(NAMESPACE, "ubuntu")
+
+
+def _describe(status: dict[str, Any]) -> str:
+    return f"RunnerGroup ubuntu: {status.get('queuedJobs', 0)} queued, {status.get('activeRunners', 0)} active runners"
 
 
 if __name__ == "__main__":
