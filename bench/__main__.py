@@ -14,8 +14,12 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from bench import scenarios as sc
+from bench.node import measure
 from bench.stack import Stack, machine, workdir
 from reconciler.loop import CREATE_CONCURRENCY
+from tests.e2e.node_stack import start_stack
+from tests.node.cluster import NodeCluster
+from tests.redis_server import RedisServer
 
 FULL = {
     "ingest_s": 10.0,
@@ -29,6 +33,8 @@ FULL = {
     "scale_burst": 1000,
     "memory_jobs": 10_000,
     "cost_groups": 200,
+    "node_rounds": 10,
+    "node_jobs": 3,
 }
 SMOKE = {
     "ingest_s": 1.0,
@@ -42,6 +48,8 @@ SMOKE = {
     "scale_burst": 20,
     "memory_jobs": 200,
     "cost_groups": 10,
+    "node_rounds": 1,
+    "node_jobs": 2,
 }
 
 Row = tuple[str, str, str, str]
@@ -155,6 +163,56 @@ async def run_scaling(cfg: dict[str, Any]) -> list[Row]:
     return rows
 
 
+async def run_node(cfg: dict[str, Any]) -> list[Row]:
+    return await asyncio.to_thread(node_rows, cfg)
+
+
+def node_rows(cfg: dict[str, Any]) -> list[Row]:
+    """The pickup figures on a real node (a cluster of its own, so not while the tests' node is up)."""
+    rounds, jobs = cfg["node_rounds"], cfg["node_jobs"]
+    with workdir() as d:
+        redis, node = RedisServer(d / "redis"), NodeCluster(d / "node")
+        (d / "redis").mkdir()
+        redis.start()
+        node.start()
+        stack = start_stack(d, node=node, redis=redis, GRS_POLL_INTERVAL="3")
+        try:
+            cold = measure(stack, mode="cold", rounds=rounds, jobs=jobs)
+            warm = measure(stack, mode="warm", rounds=rounds, jobs=jobs)
+            poll = measure(stack, mode="poll", rounds=max(1, rounds // 2), jobs=jobs)
+        finally:
+            stack.stop()
+            node.stop()
+            redis.stop()
+
+    def ms(values: list[float]) -> str:
+        return sc.summary(values) + f" ({len(values)} jobs)"
+
+    def s(values: list[float]) -> str:
+        return f"p50 {sc.pct(values, 0.5):.0f} s, p99 {sc.pct(values, 0.99):.0f} s ({len(values)} jobs)"
+
+    cold_p50, cold_p99 = sc.pct(cold.webhook, 0.5), sc.pct(cold.webhook, 0.99)
+    warm_p50 = sc.pct(warm.webhook, 0.5)
+    return [
+        row(f"node, cold: queued -> picked ({rounds} x {jobs} jobs), receiver's clock", ms(cold.webhook)),
+        row("node, cold: p50", f"{cold_p50:.2f} s", "<= 3 s", cold_p50 <= 3),
+        row("node, cold: p99", f"{cold_p99:.2f} s", "<= 6 s", cold_p99 <= 6),
+        row(
+            "node, cold: where the time goes (p50)",
+            f"queued -> runner Job {sc.median(cold.to_job) * 1000:.0f} ms, -> Pod running "
+            f"{sc.median(cold.to_pod) * 1000:.0f} ms, -> picked (registration + first fetch) "
+            f"{sc.median(cold.to_pick) * 1000:.0f} ms",
+        ),
+        row("node, warm (minIdleRunners = jobs): queued -> picked", ms(warm.webhook)),
+        row("node, warm: p50", f"{warm_p50:.2f} s", "<= 1 s", warm_p50 <= 1),
+        row(
+            "node, by Gitea's clock (to the second): cold / warm / polling only (3 s)",
+            f"{s(cold.gitea)} / {s(warm.gitea)} / {s(poll.gitea)}",
+        ),
+        row("node: most runners alive at once, cold / warm", f"{cold.max_alive} / {warm.max_alive}", f"<= {2 * jobs}"),
+    ]
+
+
 def print_rows(title: str, rows: list[Row]) -> None:
     print(f"\n## {title}", flush=True)
     for name, value, target, verdict in rows:
@@ -164,7 +222,7 @@ def print_rows(title: str, rows: list[Row]) -> None:
 async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--smoke", action="store_true", help="a short pass that only checks the scripts work")
-    parser.add_argument("--only", default="", help="comma-separated: ingest,ttr,burst,side,polling,memory,scaling")
+    parser.add_argument("--only", default="", help="comma-separated: node,ingest,ttr,burst,side,polling,memory,scaling")
     args = parser.parse_args(argv)
     cfg = SMOKE if args.smoke else FULL
     only = set(filter(None, args.only.split(",")))
@@ -184,6 +242,8 @@ async def main(argv: list[str]) -> int:
         # slows every scenario after it.
         ("ingest", "Ingest", lambda: run_ingest(cfg)),
     ]
+    if not args.smoke or "node" in only:  # the tests exercise `measure` on their own node instead
+        steps.insert(0, ("node", "On a real node", lambda: run_node(cfg)))
     if want("ttr") or want("side"):
         rows, webhook = await run_time_to_runner(cfg)
         print_rows("Time to runner", rows)

@@ -1,0 +1,96 @@
+"""What users feel, on a real node: from a job becoming `queued` in Gitea to a runner picking it.
+
+Workflows of `jobs` parallel jobs are pushed `rounds` times to a real Gitea; real act_runner Pods
+started by our reconciler take them. Three ways: cold (scale from zero), warm (`minIdleRunners`),
+and polling only (no webhook). Times come from Gitea itself (its jobs' `created_at` and `started_at`,
+to the second) and, where webhooks exist, from when our receiver recorded the `queued` and
+`in_progress` deliveries (to the millisecond); the cold path is split into its parts with the
+arrival times of a watch on the runner Jobs and Pods.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from tests.e2e.node_stack import NodeStack, wait_for, workflow
+from tests.e2e.watch import RunnerWatch
+
+Mode = Literal["cold", "warm", "poll"]
+
+
+@dataclass
+class Pickup:
+    """Per job: seconds from queued to picked, by Gitea's clock and (with webhooks) by our receiver's."""
+
+    gitea: list[float] = field(default_factory=list)
+    webhook: list[float] = field(default_factory=list)
+    # the cold path's parts, per job: queued -> runner Job created -> its Pod running -> picked
+    to_job: list[float] = field(default_factory=list)
+    to_pod: list[float] = field(default_factory=list)
+    to_pick: list[float] = field(default_factory=list)
+    max_alive: int = 0
+
+
+def _stamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _deliveries(stack: NodeStack) -> dict[tuple[int, str], float]:
+    """When the receiver first recorded each (job id, state), in seconds since the epoch."""
+    seen: dict[tuple[int, str], float] = {}
+    for line in stack.receiver.log().splitlines():
+        if '"webhook recorded"' in line:
+            d = json.loads(line)
+            seen.setdefault((int(d["job_id"]), d["action"]), _stamp(d["time"]))
+    return seen
+
+
+def measure(stack: NodeStack, *, mode: Mode, rounds: int, jobs: int) -> Pickup:
+    """Push `rounds` workflows of `jobs` parallel jobs, one after the other, and time each pickup."""
+    ns, label = stack.namespace(f"bench-{mode}"), f"b{uuid.uuid4().hex[:6]}"
+    warm = jobs if mode == "warm" else 0
+    stack.group(ns, label, minIdleRunners=warm, maxActiveRunners=2 * jobs)
+    repo = stack.repo(webhook=mode != "poll")
+    watch = RunnerWatch(stack.node, ns)
+    out = Pickup()
+    try:
+        for n in range(rounds):
+            if warm:
+                wait_for(
+                    lambda: sum(1 for r in _runners(stack, label) if not r["busy"]) >= warm,
+                    timeout=120,
+                    what=f"{warm} warm runners registered",
+                )
+            text = workflow(*(f"j{i}" for i in range(jobs)), label=label) + f"# round {n}\n"
+            run_id = stack.push(repo, text)
+            stack.wait_run(repo, run_id, timeout=300)
+            _collect(stack, repo, run_id, watch, out, webhooks=mode != "poll")
+        out.max_alive = watch.max_alive
+    finally:
+        watch.stop()
+    return out
+
+
+def _runners(stack: NodeStack, label: str) -> list[dict[str, object]]:
+    return [r for r in stack.gitea_runners() if label in {lb["name"] for lb in r.get("labels") or []}]
+
+
+def _collect(stack: NodeStack, repo: str, run_id: int, watch: RunnerWatch, out: Pickup, *, webhooks: bool) -> None:
+    deliveries = _deliveries(stack) if webhooks else {}
+    by_job = {job_id: name for name, job_id in watch.for_job.items()}
+    for job in stack.jobs(repo, run_id):
+        out.gitea.append(_stamp(job["started_at"]) - _stamp(job["created_at"]))
+        queued, picked = deliveries.get((job["id"], "queued")), deliveries.get((job["id"], "in_progress"))
+        if queued is None or picked is None:
+            continue
+        out.webhook.append(picked - queued)
+        runner = by_job.get(job["id"])
+        if runner and runner in watch.added_ms and runner in watch.running_ms:
+            created, running = watch.added_ms[runner] / 1000, watch.running_ms[runner] / 1000
+            out.to_job.append(created - queued)
+            out.to_pod.append(running - created)
+            out.to_pick.append(picked - running)
