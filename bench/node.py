@@ -2,15 +2,17 @@
 
 Workflows of `jobs` parallel jobs are pushed `rounds` times to a real Gitea; real act_runner Pods
 started by our reconciler take them. Three ways: cold (scale from zero), warm (`minIdleRunners`),
-and polling only (no webhook). Times come from Gitea itself (its jobs' `created_at` and `started_at`,
-to the second) and, where webhooks exist, from when our receiver recorded the `queued` and
-`in_progress` deliveries (to the millisecond); the cold path is split into its parts with the
-arrival times of a watch on the runner Jobs and Pods.
+and polling only (no webhook). Times come from Gitea's API, read every 100 ms while a run goes (when
+each job is first listed queued, and first listed picked), and from Gitea's own `created_at` and
+`started_at` (to the second); the path is split into its parts with the arrival times of a watch on
+the runner Jobs and Pods. Gitea's webhook deliveries are timed against the same API reads: they are
+what a webhook-driven scaler waits for.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,8 +28,9 @@ Mode = Literal["cold", "warm", "poll"]
 class Pickup:
     """Per job: seconds from queued to picked, by Gitea's clock and (with webhooks) by our receiver's."""
 
-    gitea: list[float] = field(default_factory=list)
-    webhook: list[float] = field(default_factory=list)
+    gitea: list[float] = field(default_factory=list)  # Gitea's created_at -> started_at, to the second
+    api: list[float] = field(default_factory=list)  # first listed queued -> first listed picked
+    delivery: list[float] = field(default_factory=list)  # first listed queued -> queued webhook received
     # the cold path's parts, per job: queued -> runner Job created -> its Pod running -> picked
     to_job: list[float] = field(default_factory=list)
     to_pod: list[float] = field(default_factory=list)
@@ -67,30 +70,60 @@ def measure(stack: NodeStack, *, mode: Mode, rounds: int, jobs: int) -> Pickup:
                 )
             text = workflow(*(f"j{i}" for i in range(jobs)), label=label) + f"# round {n}\n"
             run_id = stack.push(repo, text)
-            stack.wait_run(repo, run_id, timeout=300)
-            _collect(stack, repo, run_id, watch, out, webhooks=mode != "poll")
+            queued, picked = _follow(stack, repo, run_id)
+            _collect(stack, repo, run_id, watch, out, queued=queued, picked=picked)
         out.max_alive = watch.max_alive
     finally:
         watch.stop()
     return out
 
 
+def _follow(stack: NodeStack, repo: str, run_id: int) -> tuple[dict[int, float], dict[int, float]]:
+    """Read the run's jobs every 100 ms until it completes: when each was first listed queued and picked."""
+    listed = time.time()  # the jobs exist from the moment the run is listed
+    queued: dict[int, float] = {}
+    picked: dict[int, float] = {}
+    deadline = listed + 300
+    while time.time() < deadline:
+        now = time.time()
+        jobs = stack.jobs(repo, run_id)
+        for job in jobs:
+            if job["status"] in ("queued", "waiting"):
+                queued.setdefault(job["id"], now)
+            else:
+                queued.setdefault(job["id"], listed)
+                picked.setdefault(job["id"], now)
+        if jobs and all(j["status"] == "completed" for j in jobs):
+            return queued, picked
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} of {repo} did not complete within 300 s")
+
+
 def _runners(stack: NodeStack, label: str) -> list[dict[str, object]]:
     return [r for r in stack.gitea_runners() if label in {lb["name"] for lb in r.get("labels") or []}]
 
 
-def _collect(stack: NodeStack, repo: str, run_id: int, watch: RunnerWatch, out: Pickup, *, webhooks: bool) -> None:
-    deliveries = _deliveries(stack) if webhooks else {}
+def _collect(
+    stack: NodeStack,
+    repo: str,
+    run_id: int,
+    watch: RunnerWatch,
+    out: Pickup,
+    *,
+    queued: dict[int, float],
+    picked: dict[int, float],
+) -> None:
+    deliveries = _deliveries(stack)
     by_job = {job_id: name for name, job_id in watch.for_job.items()}
     for job in stack.jobs(repo, run_id):
+        jid = job["id"]
         out.gitea.append(_stamp(job["started_at"]) - _stamp(job["created_at"]))
-        queued, picked = deliveries.get((job["id"], "queued")), deliveries.get((job["id"], "in_progress"))
-        if queued is None or picked is None:
-            continue
-        out.webhook.append(picked - queued)
-        runner = by_job.get(job["id"])
+        out.api.append(picked[jid] - queued[jid])
+        if (jid, "queued") in deliveries:
+            out.delivery.append(deliveries[(jid, "queued")] - queued[jid])
+        runner = by_job.get(jid)
         if runner and runner in watch.added_ms and runner in watch.running_ms:
             created, running = watch.added_ms[runner] / 1000, watch.running_ms[runner] / 1000
-            out.to_job.append(created - queued)
+            out.to_job.append(created - queued[jid])
             out.to_pod.append(running - created)
-            out.to_pick.append(picked - running)
+            out.to_pick.append(picked[jid] - running)

@@ -62,6 +62,8 @@ HTTP_PORT = {self.port}
 ROOT_URL = {self.url}/
 DISABLE_SSH = true
 OFFLINE_MODE = true
+; Stop within seconds, even with runners' requests open (the default waits up to a minute).
+GRACEFUL_HAMMER_TIME = 3s
 STATIC_ROOT_PATH = {peer("gitea-share")}
 [database]
 DB_TYPE = sqlite3
@@ -161,11 +163,15 @@ ENABLED = false
         self.proc = None
 
 
-def _stop(proc: subprocess.Popen[bytes] | None, log: IO[bytes] | None) -> None:
-    """SIGTERM a process, wait for it, close its log."""
+def _stop(proc: subprocess.Popen[bytes] | None, log: IO[bytes] | None, *, timeout: float = 30) -> None:
+    """SIGTERM a process and wait for it; SIGKILL it if it takes longer than `timeout`; close its log."""
     if proc is not None:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     if log:
         log.close()
 

@@ -16,6 +16,7 @@ import contextlib
 import json
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ class NodeCluster(KubeCluster):
     service_cidr = SERVICE_CIDR
     authorization_mode = "Node,RBAC"
 
-    def __init__(self, workdir: Path, *, images: tuple[str, ...] = ("pause", "runner")) -> None:
+    def __init__(self, workdir: Path, *, images: tuple[str, ...] = ("pause", "runner", "scaler")) -> None:
         super().__init__(workdir, controller_manager=True)
         self.images = [image(name) for name in images]
         self.layout = configs.Layout(
@@ -93,14 +94,20 @@ class NodeCluster(KubeCluster):
         """Start the control plane and the node; return once the node is Ready and untainted."""
         self.changes.record()
         try:
-            super().start()
+            self._start_containerd()
+            # Importing the images takes seconds: do it while the control plane starts.
+            with ThreadPoolExecutor() as pool:
+                imports = [pool.submit(self.ctr, "images", "import", str(tar)) for _, tar in self.images]
+                super().start()
+                for done in imports:
+                    done.result()
             self._start_node()
             self.wait_node_ready()
         except BaseException:
             self.stop()
             raise
 
-    def _start_node(self) -> None:
+    def _start_containerd(self) -> None:
         root = self.layout.root
         for sub in ("containerd", "kubelet", "pod-logs", "cni/net.d", "cni/ipam"):
             (root / sub).mkdir(parents=True, exist_ok=True)
@@ -109,8 +116,9 @@ class NodeCluster(KubeCluster):
         (root / "resolv.conf").write_text("")
         self._spawn("containerd", ["containerd", "--config", str(root / "containerd.toml")])
         self._wait(lambda: self.layout.containerd_socket.exists(), what="containerd's socket", timeout=30)
-        for _, tar in self.images:
-            self.ctr("images", "import", str(tar))
+
+    def _start_node(self) -> None:
+        root = self.layout.root
         self._spawn("kube-scheduler", [
             str(peer("kube-scheduler")), "--kubeconfig", str(self.kubeconfig), "--leader-elect=false",
             "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
