@@ -66,8 +66,15 @@ class KubeCluster:
         return self.dir / "certs" / "apiserver.crt"
 
     def apiserver_args(self) -> list[str]:
-        """Flags a subclass adds to the API server's."""
-        return ["--cert-dir", str(self.dir / "certs")]
+        """Flags a subclass replaces: the certificates, and how watches behave."""
+        return [
+            "--cert-dir",
+            str(self.dir / "certs"),
+            # Compact etcd often, so that watches from old resourceVersions really get 410 Gone.
+            "--etcd-compaction-interval=2s",
+            # ...and serve Job watches from etcd itself, which answers a compacted revision with 410.
+            "--watch-cache-sizes=jobs.batch#0",
+        ]
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = (self.dir / f"{name}.log").open("wb")
@@ -138,10 +145,6 @@ class KubeCluster:
                 "--allow-privileged=true",
                 "--enable-priority-and-fairness=false",
                 "--profiling=false",
-                # Compact etcd often, so that watches from old resourceVersions really get 410 Gone.
-                "--etcd-compaction-interval=2s",
-                # ...and serve Job watches from etcd itself, which answers a compacted revision with 410.
-                "--watch-cache-sizes=jobs.batch#0",
                 *self.apiserver_args(),
             ],
         )

@@ -148,6 +148,7 @@ class NodeStack:
             lambda: next((int(r["id"]) for r in self.runs(repo) if r["id"] not in before), None),
             timeout=30,
             what="the pushed workflow's run",
+            every=0.05,  # the benchmark dates the jobs' queueing from here
         )
 
     def runs(self, repo: str) -> list[dict[str, Any]]:

@@ -31,12 +31,16 @@ class _Stream:
 
     def __init__(self, cluster: KubeCluster, path: str, handle: Handler, stop: threading.Event) -> None:
         self.cluster, self.path, self.handle, self.stop = cluster, path, handle, stop
-        _, listing = api_request(cluster, "GET", path)
-        for item in listing["items"]:
-            handle("ADDED", item)
-        self.version = listing["metadata"]["resourceVersion"]
+        self.relists = 0
+        self._list()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
+
+    def _list(self) -> None:
+        _, listing = api_request(self.cluster, "GET", self.path)
+        for item in listing["items"]:
+            self.handle("ADDED", item)
+        self.version = listing["metadata"]["resourceVersion"]
 
     def _run(self) -> None:
         url = urlsplit(self.cluster.server)
@@ -53,8 +57,10 @@ class _Stream:
                 resp = conn.getresponse()
                 while not self.stop.is_set() and (line := resp.readline()):
                     event = json.loads(line)
-                    if event["type"] == "ERROR":
-                        raise RuntimeError(f"watch of {self.path} failed: {event['object']}")
+                    if event["type"] == "ERROR":  # 410 Gone: the version expired; start again from a list
+                        self.relists += 1
+                        self._list()
+                        break
                     self.version = event["object"]["metadata"]["resourceVersion"]
                     if event["type"] != "BOOKMARK":
                         self.handle(event["type"], event["object"])
@@ -88,6 +94,11 @@ class RunnerWatch:
         """The runners alive now."""
         with self._lock:
             return {name for name, up in self.jobs.items() if up and name not in self.pods_done}
+
+    @property
+    def relists(self) -> int:
+        """How often a watch had to start again from a list (events between may have been missed)."""
+        return sum(stream.relists for stream in self._streams)
 
     @property
     def seen(self) -> set[str]:
