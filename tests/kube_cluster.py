@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
-from tests.redis_server import free_port, wait_port
+from tests.redis_server import die_with_parent, free_port, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "tests" / "peers" / "build.sh"
@@ -79,7 +79,7 @@ class KubeCluster:
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = (self.dir / f"{name}.log").open("wb")
         self._logs.append(log)
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir, preexec_fn=die_with_parent)
         self.procs.append(proc)
         self.by_name[name] = proc
         return proc

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import ctypes
 import shutil
+import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+
+
+def die_with_parent() -> None:
+    """`preexec_fn` for test processes: SIGTERM when the test process dies, even if it is killed
+    before its fixtures' finalizers run (Linux prctl PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -68,6 +76,7 @@ class RedisServer:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
         )
         wait_port(self.port)
 

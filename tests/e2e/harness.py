@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tests.kube_cluster import peer
-from tests.redis_server import free_port, wait_port
+from tests.redis_server import die_with_parent, free_port, wait_port
 
 ADMIN = "root"
 PASSWORD = "Passw0rd-Passw0rd"
@@ -93,6 +93,7 @@ ENABLED = false
             env={**os.environ, "GITEA_WORK_DIR": str(self.dir)},
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -191,7 +192,11 @@ class Service:
         self._log = (self.dir / f"{self.name}.log").open("ab")
         binary = Path(sys.executable).parent / self.name
         self.proc = subprocess.Popen(
-            [str(binary)], env={**os.environ, **self.env}, stdout=self._log, stderr=subprocess.STDOUT
+            [str(binary)],
+            env={**os.environ, **self.env},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
         )
         if port:
             wait_port(port, timeout=30)

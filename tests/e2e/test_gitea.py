@@ -1,9 +1,10 @@
 """End to end with a REAL Gitea: its own workflow_job webhooks and its own API drive our real processes.
 
 A push to a real Gitea queues jobs; Gitea delivers signed `workflow_job` webhooks to a real
-`webhook-scaler`; a real `reconciler` creates runner Jobs in a real kube-apiserver. The runner itself
-(act_runner) is not part of these tests: its Go module is not served by this machine's module proxy
-(see the README), so the runner Jobs stay Pending and the jobs stay queued.
+`webhook-scaler`; a real `reconciler` creates runner Jobs in a real kube-apiserver. This API server
+has no node, so the runner Jobs stay Pending and the jobs stay queued: these tests look at the
+decisions alone (which jobs get a runner, from which signal). test_node.py runs the same product on a
+real node, where act_runner Pods take the jobs.
 """
 
 from __future__ import annotations
