@@ -64,7 +64,7 @@ def measure(stack: NodeStack, *, mode: Mode, rounds: int, jobs: int) -> Pickup:
         for n in range(rounds):
             if warm:
                 wait_for(
-                    lambda: sum(1 for r in _runners(stack, label) if not r["busy"]) >= warm,
+                    lambda: sum(1 for r in stack.runners_with(label) if not r["busy"]) >= warm,
                     timeout=120,
                     what=f"{warm} warm runners registered",
                 )
@@ -97,10 +97,6 @@ def _follow(stack: NodeStack, repo: str, run_id: int) -> tuple[dict[int, float],
             return queued, picked
         time.sleep(0.1)
     raise AssertionError(f"run {run_id} of {repo} did not complete within 300 s")
-
-
-def _runners(stack: NodeStack, label: str) -> list[dict[str, object]]:
-    return [r for r in stack.gitea_runners() if label in {lb["name"] for lb in r.get("labels") or []}]
 
 
 def _collect(

@@ -236,12 +236,18 @@ class KubeCluster:
         self.procs.clear()
 
 
+def tls_context(cluster: KubeCluster) -> ssl.SSLContext:
+    """A client TLS context that trusts the cluster's CA (its certificates name no hostname we dial)."""
+    ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
+    ctx.check_hostname = False
+    return ctx
+
+
 def api_request(
     cluster: KubeCluster, method: str, path: str, body: Any = None, *, token: str = ADMIN_TOKEN
 ) -> tuple[int, Any]:
     """One synchronous API call (for fixtures): (status, decoded body)."""
-    ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
-    ctx.check_hostname = False
+    ctx = tls_context(cluster)
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(
         cluster.server + path,
@@ -258,10 +264,8 @@ def api_request(
 
 def api_text(cluster: KubeCluster, path: str) -> str:
     """One GET of a plain-text resource (e.g. a Pod's log); raises for a non-2xx answer."""
-    ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
-    ctx.check_hostname = False
     req = urllib.request.Request(cluster.server + path, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-    with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
+    with urllib.request.urlopen(req, context=tls_context(cluster), timeout=30) as resp:
         return str(resp.read().decode(errors="replace"))
 
 

@@ -176,6 +176,10 @@ class NodeStack:
         """The org's runners as Gitea lists them."""
         return list(self.gitea.api("GET", f"/orgs/{ORG}/actions/runners?limit=50")["runners"] or [])
 
+    def runners_with(self, label: str) -> list[dict[str, Any]]:
+        """The org's runners that carry a label, as Gitea lists them."""
+        return [r for r in self.gitea_runners() if label in {lb["name"] for lb in r.get("labels") or []}]
+
     def delivered_job_ids(self) -> set[int]:
         """The Gitea jobs the receiver recorded a webhook delivery for."""
         lines = [line for line in self.receiver.log().splitlines() if '"webhook recorded"' in line]

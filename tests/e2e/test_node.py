@@ -16,7 +16,7 @@ import pytest
 
 from bench.node import measure
 from tests.e2e.node_stack import SECRET, NodeStack, wait_for, workflow
-from tests.e2e.watch import RunnerWatch
+from tests.e2e.watch import RunnerWatch, finished
 from tests.kube_cluster import api_request, api_text
 from tests.node.cluster import image
 
@@ -27,22 +27,8 @@ def new_label() -> str:
     return f"l{uuid.uuid4().hex[:6]}"
 
 
-def finished(job: dict[str, Any]) -> bool:
-    conds = (job.get("status") or {}).get("conditions") or []
-    return any(c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in conds)
-
-
 def active_runners(stack: NodeStack, ns: str) -> list[str]:
     return [j["metadata"]["name"] for j in stack.runner_jobs(ns) if not finished(j)]
-
-
-def runners_with(stack: NodeStack, label: str) -> list[dict[str, Any]]:
-    return [r for r in stack.gitea_runners() if label in {lb["name"] for lb in r.get("labels") or []}]
-
-
-def pod_log(stack: NodeStack, ns: str, pod: str) -> str:
-    _, body = api_request(stack.node, "GET", f"/api/v1/namespaces/{ns}/pods/{pod}/log")
-    return str(body)
 
 
 def test_a_pushed_workflow_goes_green_with_one_runner_pod_per_job(stack: NodeStack) -> None:
@@ -65,7 +51,7 @@ def test_a_pushed_workflow_goes_green_with_one_runner_pod_per_job(stack: NodeSta
     wait_for(lambda: not active_runners(stack, ns), timeout=60, what="every runner Job finished")
     pods = stack.pods(ns)
     assert sorted(p["status"]["phase"] for p in pods) == ["Succeeded"] * 4
-    wait_for(lambda: not runners_with(stack, label), timeout=30, what="Gitea lists no runner of the group")
+    wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
     # Our processes log at DEBUG here: still no token or secret in what they wrote.
     logs = stack.reconciler.log() + stack.receiver.log()
     for secret in (stack.registration_token, stack.gitea.token, SECRET):
@@ -122,7 +108,7 @@ def test_polling_alone_serves_a_repository_without_webhook(stack: NodeStack) -> 
 def test_a_warm_runner_serves_the_next_job_and_the_pool_is_refilled(stack: NodeStack) -> None:
     ns, label = stack.namespace("warm"), new_label()
     stack.group(ns, label, minIdleRunners=1)
-    warm = wait_for(lambda: runners_with(stack, label), timeout=60, what="a warm runner registered in Gitea")
+    warm = wait_for(lambda: stack.runners_with(label), timeout=60, what="a warm runner registered in Gitea")
     assert len(warm) == 1 and not warm[0]["busy"]
     repo = stack.repo()
     run_id = stack.push(repo, workflow("quick", label=label))
@@ -132,7 +118,7 @@ def test_a_warm_runner_serves_the_next_job_and_the_pool_is_refilled(stack: NodeS
     # minIdleRunners); Gitea gives the job to whichever runner asks first, the warm one or the new one.
     (job,) = stack.jobs(repo, run_id)
     idle = wait_for(
-        lambda: [r for r in runners_with(stack, label) if r["id"] != job["runner_id"] and not r["busy"]],
+        lambda: [r for r in stack.runners_with(label) if r["id"] != job["runner_id"] and not r["busy"]],
         timeout=60,
         what="a warm runner again",
     )
@@ -179,7 +165,7 @@ def test_a_run_cancelled_while_its_job_runs_frees_the_runner(stack: NodeStack) -
         timeout=60,
         what="no runner Pod left running",
     )
-    wait_for(lambda: not runners_with(stack, label), timeout=30, what="Gitea lists no runner of the group")
+    wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
 
 
 def test_a_wrong_registration_token_fails_fast_backs_off_and_recovers_when_fixed(stack: NodeStack) -> None:

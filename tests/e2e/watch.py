@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import http.client
 import json
-import ssl
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from tests.kube_cluster import ADMIN_TOKEN, KubeCluster, api_request
+from tests.kube_cluster import ADMIN_TOKEN, KubeCluster, api_request, tls_context
 
 Handler = Callable[[str, dict[str, Any]], None]
 
 
-def _finished(job: dict[str, Any]) -> bool:
+def finished(job: dict[str, Any]) -> bool:
+    """Whether a Job has its Complete or Failed condition."""
     conds = (job.get("status") or {}).get("conditions") or []
     return any(c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in conds)
 
@@ -44,8 +44,7 @@ class _Stream:
 
     def _run(self) -> None:
         url = urlsplit(self.cluster.server)
-        ctx = ssl.create_default_context(cafile=str(self.cluster.ca_file))
-        ctx.check_hostname = False
+        ctx = tls_context(self.cluster)
         while not self.stop.is_set():
             conn = http.client.HTTPSConnection(url.hostname or "", url.port, context=ctx, timeout=2)
             try:
@@ -113,7 +112,7 @@ class RunnerWatch:
     def _job(self, kind: str, job: dict[str, Any]) -> None:
         meta = job["metadata"]
         with self._lock:
-            self.jobs[meta["name"]] = kind != "DELETED" and not _finished(job)
+            self.jobs[meta["name"]] = kind != "DELETED" and not finished(job)
             self.added_ms.setdefault(meta["name"], int(time.time() * 1000))
             for_job = (meta.get("annotations") or {}).get("gitea.bpg.pw/job-id")
             if for_job:
