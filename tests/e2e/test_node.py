@@ -122,9 +122,12 @@ def test_a_warm_runner_serves_the_next_job_and_the_pool_is_refilled(stack: NodeS
         timeout=60,
         what="a warm runner again",
     )
-    assert len(idle) == 1
+    assert idle
+    # Gitea's `completed` webhook comes late, so for a moment the finished job can still look queued and
+    # one more warm runner may start; a surplus idle runner goes after GRS_IDLE_GRACE (60 s): the pool
+    # converges to exactly one warm runner.
+    wait_for(lambda: len(active_runners(stack, ns)) == 1, timeout=120, what="exactly one runner left")
     wait_for(lambda: stack.group_status(ns).get("idleRunners") == 1, timeout=30, what="status: one idle runner")
-    assert len(stack.runner_jobs(ns)) == 2, "one warm runner and one replacement, no more"
 
 
 CANCELLABLE = """name: long
