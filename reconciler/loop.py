@@ -29,6 +29,7 @@ from reconciler.metrics import Metrics
 from reconciler.plan import Counts, Create, GroupView, Phase, Plan, Runner, assign, classify, plan
 from reconciler.settings import Settings
 from reconciler.status import Condition, desired_status
+from reconciler.tasks import cancel_all
 from webhook_scaler.queue import ALL, Activity, JobStore, JobUpdate, QueuedJob, Scope
 
 log = logging.getLogger(__name__)
@@ -88,26 +89,39 @@ class Controller:
 
     # -- the main loop ----------------------------------------------------------------------------
     async def run(self) -> None:
-        """Run the informers, the wake-up sources and the reconcile loop until cancelled."""
-        async with asyncio.TaskGroup() as tasks:
-            for informer in (self.groups, self.jobs, self.pods):
-                tasks.create_task(informer.run())
-            tasks.create_task(self._follow_redis())
-            tasks.create_task(self._resync())
-            if self.settings.poll_enabled:
-                tasks.create_task(self._poll_forever())
-            for informer in (self.groups, self.jobs, self.pods):
-                await informer.synced.wait()
-            log.info("caches synced; reconciling")
-            while True:
-                await self.wake.wait()
-                self.wake.clear()
-                try:
-                    await self.reconcile_all()
-                except Exception:
-                    log.exception("reconcile pass failed")
-                    await asyncio.sleep(self.settings.retry_initial)
-                    self.wake.set()
+        """Run the informers, the wake-up sources and the reconcile loop until cancelled.
+
+        Every task it started has ended when it returns or raises: the group passes too, so no lease or
+        claim is left mid-write by a stopped replica. A task that ends on its own is a bug; it is raised.
+        """
+        workers = [asyncio.create_task(i.run(), name=f"informer-{i.name}") for i in (self.groups, self.jobs, self.pods)]
+        workers.append(asyncio.create_task(self._follow_redis(), name="follow-redis"))
+        workers.append(asyncio.create_task(self._resync(), name="resync"))
+        if self.settings.poll_enabled:
+            workers.append(asyncio.create_task(self._poll_forever(), name="poll"))
+        workers.append(asyncio.create_task(self._reconcile_forever(), name="reconcile"))
+        try:
+            done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+            raise RuntimeError(f"controller task {next(iter(done)).get_name()} ended")
+        finally:
+            groups = [s.task for s in self.state.values() if s.task is not None]
+            await cancel_all([*workers, *groups, *self._background])
+
+    async def _reconcile_forever(self) -> None:
+        for informer in (self.groups, self.jobs, self.pods):
+            await informer.synced.wait()
+        log.info("caches synced; reconciling")
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            try:
+                await self.reconcile_all()
+            except Exception:
+                log.exception("reconcile pass failed")
+                await asyncio.sleep(self.settings.retry_initial)
+                self.wake.set()
 
     async def _follow_redis(self) -> None:
         last = "$"
@@ -177,8 +191,10 @@ class Controller:
             self._start(group, spec, problem, assignment.get(key, []))
         for key in set(self.state) - keys:
             state = self.state.pop(key)
-            if state.task is not None:
+            if state.task is not None and not state.task.done():  # its group is gone; run() still awaits it
                 state.task.cancel()
+                self._background.add(state.task)
+                state.task.add_done_callback(self._background.discard)
         self.metrics.pass_seconds.observe(time.perf_counter() - started)
 
     def _start(self, group: GroupObject, spec: RunnerGroupSpec | None, problem: str, queued: list[QueuedJob]) -> None:

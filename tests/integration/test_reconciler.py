@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import io
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -102,6 +103,15 @@ async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:  # a real on
     await client.aclose()
 
 
+def _stacks() -> str:
+    """Where every pending task of this loop is: what a hung shutdown is waiting on."""
+    out = io.StringIO()
+    for t in asyncio.all_tasks():
+        if not t.done():
+            t.print_stack(limit=12, file=out)
+    return out.getvalue()
+
+
 @contextlib.asynccontextmanager
 async def running_controller(kubeconfig: Path, redis_url: str, ns: str, **kw: Any) -> AsyncIterator[Controller]:
     options: dict[str, Any] = {"poll_enabled": False, "resync_interval": 2, "listen_port": 0} | kw
@@ -122,10 +132,9 @@ async def running_controller(kubeconfig: Path, redis_url: str, ns: str, **kw: An
         finally:
             task.cancel()
             done, _ = await asyncio.wait({task}, timeout=30)
-            assert done, "the controller did not stop within 30 s of being cancelled"
-            for state in controller.state.values():
-                if state.task:
-                    state.task.cancel()
+            assert done, "the controller did not stop within 30 s of being cancelled:\n" + _stacks()
+            started = [s.task for s in controller.state.values() if s.task is not None]
+            assert all(t.done() for t in started), "a group pass outlived the controller"
     await api.close()
     await redis.aclose()
 
