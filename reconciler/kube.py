@@ -371,6 +371,42 @@ class Kube:
             raise PermanentError(f"Secret {namespace}/{name} has no key {key!r}")
         return base64.b64decode(data[key]).decode("utf-8").strip()
 
+    async def ensure_secret_key(self, namespace: str, name: str, key: str, make: Callable[[], str]) -> bool:
+        """Give Secret `name` the key `key` (value `make()`) unless it has one; True if it wrote.
+
+        Creates the Secret if it is missing; an existing value is never replaced, so this is safe to run on
+        every install and upgrade. Values never appear in errors.
+        """
+        try:
+            secret = await self.core.read_namespaced_secret(name, namespace, _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise classify(exc) from None
+            secret = None
+        value = base64.b64encode(make().encode()).decode()
+        try:
+            if secret is None:
+                body = {
+                    "metadata": {
+                        "name": name,
+                        "namespace": namespace,
+                        "labels": {"app.kubernetes.io/created-by": COMPONENT},
+                    },
+                    "type": "Opaque",
+                    "data": {key: value},
+                }
+                await self.core.create_namespaced_secret(namespace, cast(Any, body), _request_timeout=REQUEST_TIMEOUT)
+            elif key in (secret.data or {}):
+                return False
+            else:  # the resourceVersion makes a concurrent writer fail with 409 instead of being overwritten
+                patch = {"metadata": {"resourceVersion": secret.metadata.resource_version}, "data": {key: value}}
+                await self.core.patch_namespaced_secret(
+                    name, namespace, cast(Any, patch), _request_timeout=REQUEST_TIMEOUT
+                )
+        except ApiException as exc:
+            raise classify(exc) from None
+        return True
+
     async def event(self, group: GroupRef, *, kind: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on a RunnerGroup; failures are logged, never raised."""
         now = datetime.now(UTC)

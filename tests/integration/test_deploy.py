@@ -17,6 +17,7 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
+from reconciler import secrets
 from reconciler.crd import crd
 from tests.integration.test_reconciler import (
     RG,
@@ -114,16 +115,116 @@ def test_defaults_are_hardened_and_keep_secrets_in_refs() -> None:
             assert c["resources"]["limits"]["memory"]
             assert "livenessProbe" in c and "readinessProbe" in c
             for env in c.get("env", []):
-                if "SECRET" in env["name"] or "PASSWORD" in env["name"]:
+                if env["name"].endswith("_FILE"):  # a mounted Secret's path
+                    assert env["value"].startswith("/etc/gitea-runner-scaler/"), env
+                elif "SECRET" in env["name"] or "PASSWORD" in env["name"]:
                     assert "value" not in env and "secretKeyRef" in env["valueFrom"], env
     kinds = {d["kind"] for d in docs}
     assert {"PodDisruptionBudget", "Role", "RoleBinding", "CustomResourceDefinition"} <= kinds
     assert "ClusterRole" not in kinds and "Ingress" not in kinds and "NetworkPolicy" not in kinds
-    # No rule anywhere grants Secrets beyond `get` in named namespaces.
+    # No rule grants Secrets beyond `get` in named namespaces, but the install hook's: it creates the two
+    # generated Secrets and may read and patch those two only.
     for role in (d for d in docs if d["kind"] in ("Role", "ClusterRole")):
+        hook = (role["metadata"].get("annotations") or {}).get("helm.sh/hook")
         for rule in role["rules"]:
-            if "secrets" in rule["resources"]:
-                assert role["kind"] == "Role" and rule["verbs"] == ["get"]
+            if "secrets" not in rule["resources"]:
+                continue
+            assert role["kind"] == "Role"
+            if hook:
+                assert rule["verbs"] == ["create"] or (
+                    rule["verbs"] == ["get", "patch"]
+                    and rule["resourceNames"] == ["grs-gitea-runner-scaler-webhook", "grs-gitea-runner-scaler-redis"]
+                )
+            else:
+                assert rule["verbs"] == ["get"]
+
+
+def test_a_render_is_the_same_every_time_and_carries_no_secret_value() -> None:
+    """GitOps (Argo CD renders with `helm template`): no random value, no Secret data in the output."""
+    first, second = render("ci"), render("ci")
+    assert first == second
+    assert not [d for d in first if d["kind"] == "Secret"]
+    job = next(d for d in first if d["kind"] == "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"][-2:] == [
+        "grs-gitea-runner-scaler-webhook:webhook-secret",
+        "grs-gitea-runner-scaler-redis:redis-password",
+    ]
+    # With both Secrets your own, no hook at all.
+    own = render("ci", CHART / "ci" / "external-redis-values.yaml")
+    assert not [d for d in own if (d["metadata"].get("annotations") or {}).get("helm.sh/hook")]
+
+
+def _hook(doc: dict[str, Any]) -> bool:
+    return bool((doc["metadata"].get("annotations") or {}).get("helm.sh/hook"))
+
+
+def _env(doc: dict[str, Any], container: int = 0) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in doc["spec"]["template"]["spec"]["containers"][container]["env"]}
+
+
+def test_numbers_render_as_the_settings_parser_reads_them() -> None:
+    docs = {
+        d["metadata"]["name"]: d for d in render("ci", CHART / "ci" / "full-values.yaml") if d["kind"] == "Deployment"
+    }
+    webhook = _env(docs["grs-gitea-runner-scaler-webhook"])
+    reconciler = _env(docs["grs-gitea-runner-scaler-reconciler"])
+    assert webhook["GRS_MAX_BODY_BYTES"] == "20000000"
+    assert reconciler["GRS_POLL_INTERVAL"] == "12.5"
+    assert reconciler["GRS_RUNNER_BACKOFF_MAX"] == "600"
+    defaults = {d["metadata"]["name"]: d for d in render("ci") if d["kind"] == "Deployment"}
+    assert _env(defaults["grs-gitea-runner-scaler-webhook"])["GRS_MAX_BODY_BYTES"] == "1048576"
+    for doc in [*docs.values(), *defaults.values()]:
+        for name, value in _env(doc).items():
+            assert "e+" not in value, (name, value)
+
+
+def test_pod_values_reach_every_pod_and_drains_are_never_blocked() -> None:
+    docs = render("ci", CHART / "ci" / "full-values.yaml")
+    pods = {d["metadata"]["name"]: d["spec"]["template"] for d in docs if d["kind"] in ("Deployment", "StatefulSet")}
+    for name, pod in pods.items():
+        assert pod["metadata"]["annotations"]["example.com/team"] == "platform", name
+        assert pod["metadata"]["labels"]["example.com/cost-center"] == "ci", name
+        assert pod["spec"]["priorityClassName"] == "system-cluster-critical", name
+    webhook = pods["grs-gitea-runner-scaler-webhook"]
+    assert webhook["metadata"]["annotations"]["example.com/scrape"] == "true"
+    assert webhook["spec"]["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
+    assert {"name": "tmp", "mountPath": "/tmp"} in webhook["spec"]["containers"][0]["volumeMounts"]
+    assert pods["grs-gitea-runner-scaler-redis"]["spec"]["nodeSelector"] == {"example.com/disk": "ssd"}
+    assert pods["grs-gitea-runner-scaler-reconciler"]["spec"]["serviceAccountName"] == "runner-scaler"
+    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
+    assert binding["subjects"][0]["name"] == "runner-scaler"
+    for pdb in (d for d in docs if d["kind"] == "PodDisruptionBudget"):
+        assert pdb["spec"] == {**pdb["spec"], "maxUnavailable": 1} and "minAvailable" not in pdb["spec"]
+    # The defaults: Redis keeps its data on a PVC.
+    redis = next(d for d in render("ci") if d["kind"] == "StatefulSet")
+    assert redis["spec"]["volumeClaimTemplates"][0]["spec"]["accessModes"] == ["ReadWriteOnce"]
+
+
+def test_network_policy_lets_in_the_ingress_controller_and_prometheus() -> None:
+    docs = render("ci", CHART / "ci" / "full-values.yaml")
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"].endswith("-webhook"))
+    allowed = [
+        p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+        for p in policy["spec"]["ingress"][0]["from"]
+    ]
+    assert allowed == ["gitea", "ingress-nginx", "monitoring"]
+    done = helm(
+        "template", RELEASE, str(CHART), "-f", str(CHART / "ci" / "full-values.yaml"),
+        "--set", "networkPolicy.ingressControllerFrom=null",
+    )  # fmt: skip
+    assert done.returncode != 0 and "ingressControllerFrom" in done.stderr
+
+
+def test_dashboard_and_alerts_do_not_add_up_replicas() -> None:
+    """Every reconciler replica exports the same per-group gauges: they are combined with max, never sum."""
+    docs = render("ci", CHART / "ci" / "full-values.yaml")
+    dashboard = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["gitea-runner-scaler.json"]
+    rules = yaml.safe_dump(next(d for d in docs if d["kind"] == "PrometheusRule")["spec"])
+    for text in (dashboard, rules):
+        for gauge in ("grs_queued_jobs", "grs_active_runners"):
+            assert f"sum by (group) ({gauge})" not in text
+        assert "max by (group) (grs_queued_jobs)" in text
 
 
 def test_full_values_are_cluster_wide_without_cluster_wide_secrets() -> None:
@@ -131,7 +232,9 @@ def test_full_values_are_cluster_wide_without_cluster_wide_secrets() -> None:
     cluster_roles = [d for d in docs if d["kind"] == "ClusterRole"]
     assert len(cluster_roles) == 1
     assert not any("secrets" in r["resources"] for r in cluster_roles[0]["rules"])
-    secret_roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-secrets")]
+    secret_roles = [
+        d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-secrets") and not _hook(d)
+    ]
     assert sorted(d["metadata"]["namespace"] for d in secret_roles) == ["ci", "team-a"]
     ingress = next(d for d in docs if d["kind"] == "Ingress")
     assert [p["path"] for p in ingress["spec"]["rules"][0]["http"]["paths"]] == ["/webhook"]
@@ -218,7 +321,8 @@ async def test_reconciler_runs_under_the_charts_rbac_and_nothing_more(
     for name in (ns, other):
         assert api_request(kube, "POST", "/api/v1/namespaces", {"metadata": {"name": name}})[0] == 201
     for doc in render(ns):
-        apply(kube, doc, ns)
+        if not _hook(doc):  # what `helm install` keeps as the release; the hook's own test is below
+            apply(kube, doc, ns)
     token = sa_token(kube, ns, "grs-gitea-runner-scaler-reconciler")
     kubeconfig = kube.write_kubeconfig_for(tmp_path / "sa-kubeconfig", token=token)
 
@@ -267,6 +371,59 @@ async def test_reconciler_runs_under_the_charts_rbac_and_nothing_more(
         == 403
     )
     assert as_sa("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles") == 403
+
+
+async def test_the_install_hook_creates_the_secrets_once_under_its_own_rbac(kube: KubeCluster, tmp_path: Path) -> None:
+    ns = f"hook-{uuid.uuid4().hex[:6]}"
+    assert api_request(kube, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}})[0] == 201
+    docs = [d for d in render(ns) if _hook(d)]
+    for doc in docs:
+        if doc["kind"] != "Job":
+            apply(kube, doc, ns)
+    job = next(d for d in docs if d["kind"] == "Job")
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:3] == ["python", "-m", "reconciler.secrets"]
+    namespace, wanted = secrets.parse(command[3:])
+    assert namespace == ns
+    # Someone made the webhook Secret already, with another key: ours is added, theirs kept.
+    theirs = {
+        "metadata": {"name": "grs-gitea-runner-scaler-webhook"},
+        "data": {"note": base64.b64encode(b"x").decode()},
+    }
+    assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", theirs)[0] == 201
+    token = sa_token(kube, ns, "grs-gitea-runner-scaler-secrets")
+    kubeconfig = kube.write_kubeconfig_for(tmp_path / "hook-kubeconfig", token=token)
+
+    def values() -> dict[str, dict[str, str]]:
+        out = {}
+        for name, _ in wanted:
+            status, body = api_request(kube, "GET", f"/api/v1/namespaces/{ns}/secrets/{name}")
+            assert status == 200, body
+            out[name] = body["data"]
+        return out
+
+    await secrets.ensure(namespace, wanted, kubeconfig=str(kubeconfig))
+    first = values()
+    assert first["grs-gitea-runner-scaler-webhook"]["note"] == base64.b64encode(b"x").decode()
+    for name, key in wanted:
+        assert len(base64.b64decode(first[name][key])) == 48
+    assert (
+        first["grs-gitea-runner-scaler-webhook"]["webhook-secret"]
+        != first["grs-gitea-runner-scaler-redis"]["redis-password"]
+    )
+    await secrets.ensure(namespace, wanted, kubeconfig=str(kubeconfig))  # every upgrade runs it again
+    assert values() == first
+    # The hook's account reads no other Secret.
+    other = {"metadata": {"name": "unrelated"}, "data": {"k": base64.b64encode(b"v").decode()}}
+    assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", other)[0] == 201
+    assert api_request(kube, "GET", f"/api/v1/namespaces/{ns}/secrets/unrelated", token=token)[0] == 403
+    assert api_request(kube, "GET", f"/api/v1/namespaces/{ns}/secrets", token=token)[0] == 403
+
+
+def test_secrets_hook_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    assert secrets.main(["ns"]) == 2
+    assert secrets.main(["ns", "no-key"]) == 2
+    assert "not SECRET:KEY" in capsys.readouterr().err
 
 
 def test_image_install_step_gives_working_entry_points(tmp_path: Path) -> None:

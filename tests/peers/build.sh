@@ -117,6 +117,27 @@ build_go_install() {
   mv "$CACHE/gobin-$name/$name" "$BIN/$name-$ver"
 }
 
+# helm with the flags of its release builds: its version, and the Kubernetes version its client-go
+# speaks as the default of `helm template` (without them that default is v1.20.0, older than any cluster
+# our chart supports, and `kubeVersion` refuses to render).
+build_helm() {
+  local name="helm-$HELM_VERSION-r2"
+  have "$name" && return
+  say "building helm $HELM_VERSION"
+  local dir client major minor
+  dir=$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  client=$(awk '$1 == "k8s.io/client-go" {print $2}' "$dir/go.mod")  # v0.35.1 -> Kubernetes 1.35
+  major=$(( $(echo "$client" | cut -d. -f1 | tr -d v) + 1 ))
+  minor=$(echo "$client" | cut -d. -f2)
+  local ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  local pkg
+  for pkg in pkg/lint/rules pkg/chartutil; do
+    ldflags+=" -X helm.sh/helm/v3/$pkg.k8sVersionMajor=$major -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$minor"
+  done
+  GOBIN="$CACHE/gobin-helm" go install -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  mv "$CACHE/gobin-helm/helm" "$BIN/$name"
+}
+
 # act_runner: `go install` where the module proxy serves it, else the source archive in shared/.
 build_act_runner() {
   local name="act_runner-$ACT_RUNNER_VERSION"
@@ -146,7 +167,7 @@ if [ "${1:-}" = "--print" ]; then
     act_runner) echo "$BIN/act_runner-$ACT_RUNNER_VERSION" ;;
     gitea) echo "$BIN/gitea-$GITEA_VERSION" ;;
     gitea-share) echo "$CACHE/gitea-$GITEA_VERSION-share" ;;
-    helm) echo "$BIN/helm-$HELM_VERSION" ;;
+    helm) echo "$BIN/helm-$HELM_VERSION-r2" ;;
     kubeconform) echo "$BIN/kubeconform-$KUBECONFORM_VERSION" ;;
     *) say "unknown binary: ${2:-}"; exit 2 ;;
   esac
@@ -163,7 +184,7 @@ for p in "${peers[@]}"; do
     coredns) build_go_install coredns github.com/coredns/coredns "$COREDNS_VERSION" ;;
     act_runner) build_act_runner ;;
     gitea) build_gitea ;;
-    helm) build_go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" ;;
+    helm) build_helm ;;
     kubeconform) build_go_install kubeconform github.com/yannh/kubeconform/cmd/kubeconform "$KUBECONFORM_VERSION" ;;
     *) say "unknown peer: $p"; exit 2 ;;
   esac

@@ -54,14 +54,66 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
-{{/* A secret value generated once and kept across upgrades (lookup finds the live Secret). */}}
-{{- define "grs.keptSecret" -}}
+{{/* A number as a plain decimal: `1048576`, never Go's `1.048576e+06` (values arrive as float64). */}}
+{{- define "grs.num" -}}
+{{- if eq (float64 .) (float64 (int64 .)) -}}{{ int64 . }}{{- else -}}{{ . }}{{- end -}}
+{{- end -}}
+
+{{/* The Secret/key pairs the chart generates (a pre-install hook creates them once), as "name:key". */}}
+{{- define "grs.generatedSecrets" -}}
+{{- $out := list -}}
+{{- if not .Values.webhook.secret.existingSecret -}}
+{{- $out = append $out (printf "%s:%s" (include "grs.webhookSecretName" .) .Values.webhook.secret.key) -}}
+{{- end -}}
+{{- if and .Values.redis.enabled (not .Values.redis.auth.existingSecret) -}}
+{{- $out = append $out (printf "%s:%s" (include "grs.redisSecretName" .) .Values.redis.auth.key) -}}
+{{- end -}}
+{{- join " " $out -}}
+{{- end -}}
+
+{{/* sha256 of a live Secret key's value; "" when it cannot be read (helm template renders no cluster state). */}}
+{{- define "grs.liveChecksum" -}}
 {{- $live := lookup "v1" "Secret" .root.Release.Namespace .name -}}
 {{- if and $live $live.data (hasKey $live.data .key) -}}
-{{- index $live.data .key -}}
-{{- else -}}
-{{- randAlphaNum 48 | b64enc -}}
+{{- index $live.data .key | sha256sum | trunc 16 -}}
 {{- end -}}
+{{- end -}}
+
+{{/* What every Pod of the chart carries besides its own: podLabels / podAnnotations, global and per component. */}}
+{{- define "grs.podMeta" -}}
+labels:
+  {{- include "grs.labels" .root | nindent 2 }}
+  app.kubernetes.io/component: {{ .component }}
+  {{- with merge (deepCopy (.values.podLabels | default dict)) (.root.Values.podLabels | default dict) }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with merge (deepCopy (.values.podAnnotations | default dict)) (.root.Values.podAnnotations | default dict) (.annotations | default dict) }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Scheduling of one component: priority class, node selector, tolerations, affinity, spread. */}}
+{{- define "grs.scheduling" -}}
+{{- with .values.priorityClassName | default .root.Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{- define "grs.commonEnv" -}}
@@ -79,10 +131,34 @@ app.kubernetes.io/component: {{ .component }}
 - name: GRS_LOG_LEVEL
   value: {{ .Values.logLevel | quote }}
 - name: GRS_LOG_FORMAT
-  value: json
+  value: {{ .Values.logFormat | quote }}
 {{- end -}}
 
 {{- define "grs.podSecurity" -}}
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end -}}
+
+{{/* Pod annotations that roll a workload when a Secret it reads is rotated and `helm upgrade` runs.
+     Only for Secrets you manage (existingSecret): the generated ones are created once and kept, and a
+     checksum of a Secret that does not exist yet (first install) would roll everything on the next upgrade. */}}
+{{- define "grs.redisChecksum" -}}
+{{- $existing := ternary .Values.redis.auth.existingSecret .Values.redis.external.existingSecret .Values.redis.enabled -}}
+{{- if $existing -}}
+checksum/redis-password: {{ include "grs.liveChecksum" (dict "root" . "name" $existing "key" (include "grs.redisSecretKey" .)) | quote }}
+{{- end -}}
+{{- end -}}
+
+{{- define "grs.webhookChecksum" -}}
+{{- with .Values.webhook.secret.existingSecret -}}
+checksum/webhook-secret: {{ include "grs.liveChecksum" (dict "root" $ "name" . "key" $.Values.webhook.secret.key) | quote }}
+{{- end -}}
+{{- end -}}
+
+{{- define "grs.reconcilerServiceAccount" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (printf "%s-reconciler" (include "grs.fullname" .)) -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
 {{- end -}}
