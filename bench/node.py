@@ -45,7 +45,7 @@ def _stamp(text: str) -> float:
 def _deliveries(stack: NodeStack) -> dict[tuple[int, str], float]:
     """When the receiver first recorded each (job id, state), in seconds since the epoch."""
     seen: dict[tuple[int, str], float] = {}
-    for line in stack.receiver.log().splitlines():
+    for line in stack.our_log("receiver").splitlines():
         if '"webhook recorded"' in line:
             d = json.loads(line)
             seen.setdefault((int(d["job_id"]), d["action"]), _stamp(d["time"]))

@@ -1,4 +1,4 @@
-"""Entry point of the controller process: `reconciler` (settings from `GRS_*` variables)."""
+"""Entry point of the controller process: `reconciler` (settings from `GRS_*` variables; see `--help`)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,16 @@ from reconciler.giteaapi import GiteaClient
 from reconciler.kube import Kube, api_client
 from reconciler.loop import Controller
 from reconciler.metrics import Metrics
-from reconciler.settings import Settings, from_env
+from reconciler.settings import Settings
 from webhook_scaler import logs
 from webhook_scaler.config import parse_or_exit
 from webhook_scaler.queue import JobStore, Ttls, connect
 
 log = logging.getLogger("reconciler")
+DESCRIPTION = (
+    "Watches RunnerGroups and their runner Jobs, reads queued jobs from Redis, polls the Gitea API for "
+    "anything a webhook missed, and creates one Kubernetes Job per queued job a group's labels match."
+)
 
 
 def health_app(controller: Controller, registry: CollectorRegistry) -> web.Application:
@@ -91,7 +95,7 @@ async def serve(settings: Settings) -> None:
 
 def main() -> None:
     """Parse settings, refuse to start on bad config, then run until SIGTERM."""
-    settings = parse_or_exit(from_env, program="reconciler")
+    settings = parse_or_exit(Settings, program="reconciler", description=DESCRIPTION)
     logs.setup(level=settings.log_level, fmt=settings.log_format)
     asyncio.run(serve(settings))
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import Field
 
-from webhook_scaler.config import load
-from webhook_scaler.settings import RedisSettings, redis_secret_overrides
+from webhook_scaler.settings import RedisSettings
 
 
 class Settings(RedisSettings):
@@ -42,8 +40,3 @@ class Settings(RedisSettings):
     listen_port: int = Field(8081, ge=0, le=65535, description="Port of the metrics and health server.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
     log_format: Literal["json", "text"] = Field("json", description="Log format.")
-
-
-def from_env(environ: Mapping[str, str]) -> Settings:
-    """Parse the reconciler's settings; raise ConfigError naming what is wrong."""
-    return load(Settings, environ, **redis_secret_overrides(environ))

@@ -1,4 +1,4 @@
-"""Entry point of the receiver process: `webhook-scaler` (settings from `GRS_*` variables)."""
+"""Entry point of the receiver process: `webhook-scaler` (settings from `GRS_*` variables; see `--help`)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,18 @@ from webhook_scaler import logs
 from webhook_scaler.app import create_app
 from webhook_scaler.config import parse_or_exit
 from webhook_scaler.queue import connect
-from webhook_scaler.settings import from_env
+from webhook_scaler.settings import Settings
 
 log = logging.getLogger("webhook_scaler")
+DESCRIPTION = (
+    "Receives Gitea workflow_job webhooks, verifies their HMAC signature, and records each job's state "
+    "in Redis for the reconciler."
+)
 
 
 def main() -> None:
     """Parse settings, refuse to start on bad config, then serve until SIGTERM."""
-    settings = parse_or_exit(from_env, program="webhook-scaler")
+    settings = parse_or_exit(Settings, program="webhook-scaler", description=DESCRIPTION)
     logs.setup(level=settings.log_level, fmt=settings.log_format)
     if settings.insecure_accept_unsigned_webhooks and not settings.webhook_secrets:
         log.warning("INSECURE: accepting unsigned webhook deliveries (GRS_INSECURE_ACCEPT_UNSIGNED_WEBHOOKS)")

@@ -5,12 +5,11 @@ Must not create clients or be imported for a module-level singleton.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from webhook_scaler.config import load, read_secret
+from webhook_scaler.config import FromFile
 
 
 class RedisSettings(BaseModel):
@@ -19,7 +18,7 @@ class RedisSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     redis_url: str = Field("redis://localhost:6379/0", description="Redis URL (redis:// or rediss://).")
-    redis_password: SecretStr | None = Field(
+    redis_password: Annotated[SecretStr | None, FromFile("redis_password")] = Field(
         None, description="Redis password; prefer GRS_REDIS_PASSWORD_FILE or a secretKeyRef env."
     )
     redis_prefix: str = Field(
@@ -30,6 +29,14 @@ class RedisSettings(BaseModel):
     completed_ttl: int = Field(24 * 3600, ge=60, description="Seconds a finished job is remembered.")
     delivery_ttl: int = Field(24 * 3600, ge=60, description="Seconds a delivery id is remembered.")
 
+    @field_validator("redis_password", mode="before")
+    @classmethod
+    def _strip(cls, value: object) -> object:
+        # A mounted file ends with a newline; an empty password is no password.
+        if isinstance(value, str):
+            return value.strip() or None
+        return value
+
 
 class Settings(RedisSettings):
     """The receiver process's settings."""
@@ -37,7 +44,7 @@ class Settings(RedisSettings):
     listen_host: str = Field("0.0.0.0", description="Address to listen on.")  # noqa: S104
     listen_port: int = Field(8080, ge=1, le=65535, description="Port to listen on.")
     webhook_path: str = Field("/webhook", pattern=r"^/[A-Za-z0-9/_.-]*$", description="Webhook route.")
-    webhook_secrets: tuple[SecretStr, ...] = Field(
+    webhook_secrets: Annotated[tuple[SecretStr, ...], FromFile("webhook_secret")] = Field(
         (),
         description=(
             "Accepted webhook secrets, one per line in GRS_WEBHOOK_SECRET or the file named by "
@@ -72,18 +79,3 @@ class Settings(RedisSettings):
     def secret_bytes(self) -> tuple[bytes, ...]:
         """The secrets as the HMAC wants them."""
         return tuple(s.get_secret_value().encode("utf-8") for s in self.webhook_secrets)
-
-
-def redis_secret_overrides(environ: Mapping[str, str]) -> dict[str, object]:
-    """The Redis password, from its variable or its file."""
-    password = read_secret(environ, "redis_password")
-    return {"redis_password": password.strip()} if password else {}
-
-
-def from_env(environ: Mapping[str, str]) -> Settings:
-    """Parse the receiver's settings; raise ConfigError naming what is wrong."""
-    overrides = redis_secret_overrides(environ)
-    secrets = read_secret(environ, "webhook_secret")
-    if secrets:
-        overrides["webhook_secrets"] = secrets
-    return load(Settings, environ, **overrides)

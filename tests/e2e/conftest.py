@@ -11,21 +11,15 @@ from collections.abc import Iterator
 import pytest
 
 from tests.e2e.node_stack import NodeStack, start_stack
-from tests.node.cluster import NodeCluster
+from tests.node.cluster import NodeCluster, running_node
 from tests.redis_server import RedisServer
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
     """A real one-node cluster (kubelet, containerd, CNI, kube-proxy, CoreDNS), torn down without leftovers."""
-    cluster = NodeCluster(tmp_path_factory.mktemp("node"))
-    cluster.start()
-    try:
+    with running_node(tmp_path_factory.mktemp("node")) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-    left = cluster.changes.leftovers()
-    assert not left, f"the node left these on the machine: {left}"
 
 
 @pytest.fixture(scope="module")

@@ -57,14 +57,15 @@ class NodeStack:
     """Everything a user runs, on one real node."""
 
     node: NodeCluster
-    redis: RedisServer
+    redis: RedisServer | None  # None: the product's own (the Helm chart's) Redis
     gitea: Gitea
-    receiver: Service
-    reconciler: Service
+    receiver: Service | None  # None: the receivers run in the cluster (the Helm chart)
+    reconciler: Service | None
     receiver_url: str
     metrics_url: str
     registration_token: str
     runner_image: str
+    webhook_secret: str = SECRET
 
     # -- Kubernetes -----------------------------------------------------------------------------
 
@@ -135,7 +136,7 @@ class NodeStack:
         self.gitea.api("POST", f"/orgs/{ORG}/repos", {"name": name, "auto_init": True, "default_branch": "main"})
         repo = f"{ORG}/{name}"
         if webhook:
-            config = {"url": self.receiver_url, "content_type": "json", "secret": SECRET}
+            config = {"url": self.receiver_url, "content_type": "json", "secret": self.webhook_secret}
             hook = {"type": "gitea", "active": True, "events": ["workflow_job"], "config": config}
             self.gitea.api("POST", f"/repos/{repo}/hooks", hook)
         return repo
@@ -182,16 +183,37 @@ class NodeStack:
 
     def delivered_job_ids(self) -> set[int]:
         """The Gitea jobs the receiver recorded a webhook delivery for."""
-        lines = [line for line in self.receiver.log().splitlines() if '"webhook recorded"' in line]
+        lines = [line for line in self.our_log("receiver").splitlines() if '"webhook recorded"' in line]
         return {int(json.loads(line)["job_id"]) for line in lines}
+
+    def our_log(self, which: Literal["receiver", "reconciler"]) -> str:
+        """What our process on the host logged (in the Helm scenarios they run in Pods instead)."""
+        service = self.receiver if which == "receiver" else self.reconciler
+        assert service is not None, f"the {which} runs in the cluster: read its Pods' logs"
+        return service.log()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     def stop(self) -> None:
         """Stop our processes and Gitea (the node and Redis belong to whoever started them)."""
         for service in (self.reconciler, self.receiver):
-            service.stop()
+            if service is not None:
+                service.stop()
         self.gitea.stop()
+
+
+def start_gitea(workdir: Path) -> tuple[Gitea, str]:
+    """Gitea on the node's address (as most users have it: outside the cluster), with the org and the
+    org's runner registration token."""
+    gitea = Gitea(workdir / "gitea", host=NODE_IP)
+    try:
+        gitea.start()
+        gitea.api("POST", "/orgs", {"username": ORG})
+        token = gitea.api("POST", f"/orgs/{ORG}/actions/runners/registration-token")["token"]
+    except BaseException:
+        gitea.stop()
+        raise
+    return gitea, str(token)
 
 
 def start_stack(workdir: Path, *, node: NodeCluster, redis: RedisServer, **reconciler_env: str) -> NodeStack:
@@ -199,12 +221,9 @@ def start_stack(workdir: Path, *, node: NodeCluster, redis: RedisServer, **recon
     it fails to start, what did start is stopped again."""
     runner_image = image("runner")[0]
     apply_crd(node, crd())
-    gitea = Gitea(workdir / "gitea", host=NODE_IP)
+    gitea, token = start_gitea(workdir)
     started: list[Service | Gitea] = [gitea]
     try:
-        gitea.start()
-        gitea.api("POST", "/orgs", {"username": ORG})
-        token = gitea.api("POST", f"/orgs/{ORG}/actions/runners/registration-token")["token"]
         prefix = f"node{uuid.uuid4().hex[:6]}"
         env = {"GRS_REDIS_PREFIX": prefix, "GRS_POLL_INTERVAL": "3", "GRS_POLL_JITTER": "0", **reconciler_env}
         receiver, port, reconciler, metrics = our_services(

@@ -53,7 +53,7 @@ def test_a_pushed_workflow_goes_green_with_one_runner_pod_per_job(stack: NodeSta
     assert sorted(p["status"]["phase"] for p in pods) == ["Succeeded"] * 4
     wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
     # Our processes log at DEBUG here: still no token or secret in what they wrote.
-    logs = stack.reconciler.log() + stack.receiver.log()
+    logs = stack.our_log("reconciler") + stack.our_log("receiver")
     for secret in (stack.registration_token, stack.gitea.token, SECRET):
         assert secret not in logs
 
@@ -102,7 +102,7 @@ def test_polling_alone_serves_a_repository_without_webhook(stack: NodeStack) -> 
     assert run["conclusion"] == "success", stack.jobs(repo, run_id)
     ids = {j["id"] for j in stack.jobs(repo, run_id)}
     assert not ids & stack.delivered_job_ids(), "no webhook reported these jobs"
-    assert "poll healed redis" in stack.reconciler.log()
+    assert "poll healed redis" in stack.our_log("reconciler")
 
 
 def test_a_warm_runner_serves_the_next_job_and_the_pool_is_refilled(stack: NodeStack) -> None:

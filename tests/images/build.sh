@@ -3,7 +3,7 @@
 # engine, no registry), and caches them outside the repository as oci-archive tars, keyed by
 # their inputs.
 #
-#   tests/images/build.sh [IMAGE...]      IMAGE: pause runner scaler; default: all three
+#   tests/images/build.sh [IMAGE...]      IMAGE: pause runner scaler redis; default: all four
 #   tests/images/build.sh --print IMAGE   the path of the image's cached oci-archive tar (built or not)
 #   tests/images/build.sh --ref IMAGE     the reference (name:tag) the Pod specs must use
 #
@@ -21,6 +21,9 @@ shopt -s inherit_errexit
 
 ACT_RUNNER_VERSION=${ACT_RUNNER_VERSION:-v1.0.8}
 DEBIAN_RELEASE=bookworm
+# The upstream series of bookworm's redis-server, the redis image's tag: the build checks it.
+REDIS_VERSION=7.0
+IMAGES=(pause runner scaler redis)
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -50,6 +53,10 @@ PYTHON_BASE=("${SLIM[@]}" --include=python3,python3-venv,ca-certificates,netbase
 # debian:bookworm-slim with the runner's needs: CA certificates for Gitea over TLS, tini as PID 1.
 # shellcheck disable=SC2034
 RUNNER_BASE=("${SLIM[@]}" --include="ca-certificates,tini${GRS_RUNNER_EXTRA_PACKAGES:+,$GRS_RUNNER_EXTRA_PACKAGES}")
+# debian:bookworm-slim with Debian's Redis: the chart's bundled Redis runs redis-server and probes
+# with redis-cli (redis-tools), both through /bin/sh.
+# shellcheck disable=SC2034,SC2054
+REDIS_BASE=("${SLIM[@]}" --include=redis-server,redis-tools)
 
 base_key() {
   local -n opts=$1
@@ -126,7 +133,9 @@ key_of() {
       local files
       mapfile -t files < <(scaler_inputs)
       { base_key PYTHON_BASE; cd "$ROOT" && sha256sum -- "${files[@]}"; } | digest ;;
-    *) die "unknown image: $1 (pause runner scaler)" ;;
+    redis)
+      { printf '%s\n' "$REDIS_VERSION" "$(base_key REDIS_BASE)"; cat "$HERE/redis/Containerfile"; } | digest ;;
+    *) die "unknown image: $1 (${IMAGES[*]})" ;;
   esac
 }
 
@@ -135,7 +144,8 @@ ref_of() {
     pause) echo localhost/grs/pause:3.10 ;;
     runner) echo "localhost/grs/act-runner:$ACT_RUNNER_VERSION" ;;
     scaler) local key; key=$(key_of scaler); echo "localhost/grs/gitea-runner-scaler:$key" ;;
-    *) die "unknown image: $1 (pause runner scaler)" ;;
+    redis) echo "localhost/grs/redis:$REDIS_VERSION-$DEBIAN_RELEASE" ;;
+    *) die "unknown image: $1 (${IMAGES[*]})" ;;
   esac
 }
 
@@ -286,6 +296,12 @@ build_scaler() {
   build -t "$2" "${mounts[@]}" "$ctx"
 }
 
+build_redis() {
+  local base
+  base=$(ensure_base redis REDIS_BASE)
+  build -t "$2" --build-arg BASE="$base" --build-arg VERSION="$REDIS_VERSION" -f "$HERE/redis/Containerfile" "$1"
+}
+
 # --- Main ----------------------------------------------------------------------------------------
 case ${1:-} in
   --print) [ $# -eq 2 ] || die "usage: $0 --print IMAGE"; tar_of "$2"; exit 0 ;;
@@ -294,7 +310,7 @@ case ${1:-} in
 esac
 
 images=("$@")
-[ ${#images[@]} -gt 0 ] || images=(pause runner scaler)
+[ ${#images[@]} -gt 0 ] || images=("${IMAGES[@]}")
 work=
 trap 'rm -rf "$work"' EXIT
 for image in "${images[@]}"; do

@@ -16,6 +16,7 @@ import contextlib
 import json
 import subprocess
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -220,3 +221,16 @@ class NodeCluster(KubeCluster):
 
 
 __all__ = ["ADMIN_TOKEN", "NODE_IP", "NODE_NAME", "NodeCluster", "image"]
+
+
+@contextlib.contextmanager
+def running_node(workdir: Path, *, images: tuple[str, ...] = ("pause", "runner", "scaler")) -> Iterator[NodeCluster]:
+    """A started node, stopped afterwards; fails if anything of it is left on the machine."""
+    cluster = NodeCluster(workdir, images=images)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+    left = cluster.changes.leftovers()
+    assert not left, f"the node left these on the machine: {left}"

@@ -6,8 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from webhook_scaler.config import ConfigError
-from webhook_scaler.settings import from_env
+from reconciler.settings import Settings as ReconcilerSettings
+from webhook_scaler.config import ConfigError, load
+from webhook_scaler.settings import Settings
+
+
+def from_env(environ: dict[str, str]) -> Settings:
+    return load(Settings, environ)
 
 
 def test_no_secret_refuses_to_start() -> None:
@@ -26,6 +31,15 @@ def test_secrets_from_a_mounted_file_one_per_line(tmp_path: Path) -> None:
     s = from_env({"GRS_WEBHOOK_SECRET_FILE": str(f), "GRS_REDIS_PASSWORD": "pw"})
     assert s.secret_bytes == (b"first-secret", b"second-secret")
     assert "first-secret" not in repr(s) and "pw" not in repr(s)
+
+
+def test_redis_password_from_a_file_for_both_processes(tmp_path: Path) -> None:
+    f = tmp_path / "password"
+    f.write_text("pw\n")
+    env = {"GRS_REDIS_PASSWORD_FILE": str(f), "GRS_INSECURE_ACCEPT_UNSIGNED_WEBHOOKS": "true"}
+    for model in (Settings, ReconcilerSettings):
+        password = load(model, env).redis_password
+        assert password is not None and password.get_secret_value() == "pw"
 
 
 def test_unreadable_secret_file_is_a_clear_error(tmp_path: Path) -> None:

@@ -1,0 +1,96 @@
+"""Both console commands answer --help and --version, and refuse other arguments, with no GRS_* set."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from reconciler.settings import Settings as ReconcilerSettings
+from webhook_scaler.config import variables
+from webhook_scaler.settings import Settings as ReceiverSettings
+
+PROGRAMS: dict[str, tuple[str, type[BaseModel]]] = {
+    "webhook-scaler": ("webhook_scaler", ReceiverSettings),
+    "reconciler": ("reconciler", ReconcilerSettings),
+}
+ARGUMENTS = {"help": ["--help"], "version": ["--version"], "unknown": ["--listen-port", "80"]}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], subprocess.CompletedProcess[str]]:
+    """Every (program, arguments) case, run once as `python -m PACKAGE ...` with no GRS_* variable."""
+    home = tmp_path_factory.mktemp("home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRS_", "KUBERNETES_"))}
+    env.update(HOME=str(home), KUBECONFIG=str(Path(home) / "missing"))
+
+    def run(case: tuple[str, str]) -> subprocess.CompletedProcess[str]:
+        package = PROGRAMS[case[0]][0]
+        args = [sys.executable, "-m", package, *ARGUMENTS[case[1]]]
+        return subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    cases = [(program, arguments) for program in PROGRAMS for arguments in ARGUMENTS]
+    # The imports take most of a second per process; run the cases side by side.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(zip(cases, pool.map(run, cases), strict=True))
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_help_lists_every_setting_with_its_default_and_description(
+    runs: dict[tuple[str, str], subprocess.CompletedProcess[str]], program: str
+) -> None:
+    done = runs[program, "help"]
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: {program} ") and done.stderr == ""
+    flat = " ".join(done.stdout.split())
+    for field, names, info in variables(PROGRAMS[program][1]):
+        assert info.description, f"{field} has no description"
+        assert f"{', '.join(names)} (default: " in flat
+        assert " ".join(info.description.split()) in flat
+
+
+@pytest.mark.parametrize(
+    ("program", "expected"),
+    [
+        pytest.param("webhook-scaler", "GRS_WEBHOOK_SECRET, GRS_WEBHOOK_SECRET_FILE (default: unset)", id="secret"),
+        pytest.param("webhook-scaler", "GRS_INSECURE_ACCEPT_UNSIGNED_WEBHOOKS (default: false)", id="bool"),
+        pytest.param("webhook-scaler", "GRS_MAX_BODY_BYTES (default: 1048576)", id="int"),
+        pytest.param("reconciler", "GRS_REDIS_PASSWORD, GRS_REDIS_PASSWORD_FILE (default: unset)", id="optional"),
+        pytest.param("reconciler", "GRS_POLL_INTERVAL (default: 30)", id="float"),
+        pytest.param("reconciler", 'GRS_WATCH_NAMESPACE (default: "")', id="empty"),
+        pytest.param("reconciler", "GRS_REPLICA_ID (default: gethostname())", id="factory"),
+        pytest.param("reconciler", "Log level. One of: DEBUG, INFO, WARNING, ERROR.", id="choices"),
+    ],
+)
+def test_help_shows_defaults_as_one_would_set_them(
+    runs: dict[tuple[str, str], subprocess.CompletedProcess[str]], program: str, expected: str
+) -> None:
+    assert expected in " ".join(runs[program, "help"].stdout.split())
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_version_is_the_installed_distributions(
+    runs: dict[tuple[str, str], subprocess.CompletedProcess[str]], program: str
+) -> None:
+    done = runs[program, "version"]
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0,
+        f"{program} {metadata.version('gitea-runner-scaler')}\n",
+        "",
+    )
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_any_other_argument_is_refused_with_exit_2(
+    runs: dict[tuple[str, str], subprocess.CompletedProcess[str]], program: str
+) -> None:
+    done = runs[program, "unknown"]
+    assert done.returncode == 2 and done.stdout == ""
+    assert f"{program}: error: unrecognized arguments: --listen-port 80" in done.stderr
+    assert "GRS_*" in done.stderr and "--help" in done.stderr
