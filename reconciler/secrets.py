@@ -49,7 +49,7 @@ async def ensure(namespace: str, wanted: list[tuple[str, str]], *, kubeconfig: s
                     log.warning("secret not written yet", extra={"secret": name, "error": str(exc)})
                     await asyncio.sleep(attempt)
                     continue
-                log.info("secret ready", extra={"secret": name, "key": key, "created": wrote})
+                log.info("secret ready", extra={"secret": name, "key": key, "written": wrote})
                 break
     finally:
         await api.close()

@@ -7,6 +7,7 @@ least privilege is enough, and what lies outside it is really forbidden.
 from __future__ import annotations
 
 import base64
+import logging
 import subprocess
 import urllib.request
 import uuid
@@ -373,7 +374,10 @@ async def test_reconciler_runs_under_the_charts_rbac_and_nothing_more(
     assert as_sa("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles") == 403
 
 
-async def test_the_install_hook_creates_the_secrets_once_under_its_own_rbac(kube: KubeCluster, tmp_path: Path) -> None:
+async def test_the_install_hook_creates_the_secrets_once_under_its_own_rbac(
+    kube: KubeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)  # what the hook logs, as it logs in its Pod
     ns = f"hook-{uuid.uuid4().hex[:6]}"
     assert api_request(kube, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}})[0] == 201
     docs = [d for d in render(ns) if _hook(d)]
@@ -413,6 +417,8 @@ async def test_the_install_hook_creates_the_secrets_once_under_its_own_rbac(kube
     )
     await secrets.ensure(namespace, wanted, kubeconfig=str(kubeconfig))  # every upgrade runs it again
     assert values() == first
+    assert [r.written for r in caplog.records if r.msg == "secret ready"] == [True, True, False, False]  # type: ignore[attr-defined]
+    assert not any(base64.b64decode(v).decode() in caplog.text for data in first.values() for v in data.values())
     # The hook's account reads no other Secret.
     other = {"metadata": {"name": "unrelated"}, "data": {"k": base64.b64encode(b"v").decode()}}
     assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", other)[0] == 201

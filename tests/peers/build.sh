@@ -80,15 +80,26 @@ kube_dir() {
   printf '%s\n' "$dir"
 }
 
-# build_kube_cmds CMD...: ./cmd/CMD of the kubernetes module, each cached as CMD-$KUBE_VERSION.
+# The version flags of Kubernetes's own release builds (hack/lib/version.sh): without them every
+# component says v0.0.0-master, and `helm install` refuses a chart's kubeVersion against it.
+kube_version_flags() {
+  local minor=${KUBE_VERSION#v1.} pkg flags=""
+  minor=${minor%%.*}
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+  done
+  printf '%s\n' "$flags"
+}
+
+# build_kube_cmds CMD...: ./cmd/CMD of the kubernetes module, each cached as CMD-$KUBE_VERSION-r2.
 build_kube_cmds() {
   local dir cmd
   dir=$(kube_dir)
   for cmd in "$@"; do
-    have "$cmd-$KUBE_VERSION" && continue
+    have "$cmd-$KUBE_VERSION-r2" && continue
     say "building $cmd $KUBE_VERSION"
-    (cd "$dir" && go build -mod=mod -o "$BIN/$cmd-$KUBE_VERSION.tmp" "./cmd/$cmd")
-    mv "$BIN/$cmd-$KUBE_VERSION.tmp" "$BIN/$cmd-$KUBE_VERSION"
+    (cd "$dir" && go build -mod=mod -ldflags "$(kube_version_flags)" -o "$BIN/$cmd-$KUBE_VERSION.tmp" "./cmd/$cmd")
+    mv "$BIN/$cmd-$KUBE_VERSION.tmp" "$BIN/$cmd-$KUBE_VERSION-r2"
   done
 }
 
@@ -162,7 +173,7 @@ if [ "${1:-}" = "--print" ]; then
   # tests/peers/build.sh --print NAME: the cached binary's path for the configured version.
   case ${2:-} in
     etcd) echo "$BIN/etcd-$ETCD_VERSION" ;;
-    kube-apiserver|kube-controller-manager|kubelet|kube-scheduler|kube-proxy) echo "$BIN/$2-$KUBE_VERSION" ;;
+    kube-apiserver|kube-controller-manager|kubelet|kube-scheduler|kube-proxy) echo "$BIN/$2-$KUBE_VERSION-r2" ;;
     coredns) echo "$BIN/coredns-$COREDNS_VERSION" ;;
     act_runner) echo "$BIN/act_runner-$ACT_RUNNER_VERSION" ;;
     gitea) echo "$BIN/gitea-$GITEA_VERSION" ;;

@@ -1,0 +1,316 @@
+"""The Helm chart as a platform engineer installs it, on a real node, with Gitea outside the cluster.
+
+`helm install` with the default values plus the image overrides (and a NodePort, since Gitea is not in
+the cluster): the hook Job creates the Secrets, every Pod becomes Ready under the chart's own
+ServiceAccounts and RBAC in a namespace that warns on anything the `restricted` Pod Security profile
+forbids, Redis keeps its data on a PersistentVolume. Gitea delivers its webhooks to the receivers
+through the Service, and workflows go green on runners the installed reconciler starts. Then a rotated
+webhook secret rolls the receivers while both secrets are accepted, `helm uninstall` keeps the CRD,
+the RunnerGroups, the Secrets and Redis's volume, and a second install takes them over.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.node_stack import NodeStack, start_gitea, wait_for, workflow
+from tests.kube_cluster import api_request, api_text, peer
+from tests.node.cluster import NODE_IP, NodeCluster, image, running_node
+
+pytestmark = pytest.mark.kube
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "gitea-runner-scaler"
+RELEASE = "grs"
+NS = "ci"
+FULL = f"{RELEASE}-gitea-runner-scaler"
+LABEL = "helm-e2e"
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
+    """A node of its own, with the Redis image the chart's bundled Redis runs."""
+    with running_node(tmp_path_factory.mktemp("helm-node"), images=("pause", "runner", "scaler", "redis")) as cluster:
+        yield cluster
+
+
+@dataclass
+class Release:
+    """The installed chart and what the tests learn about it."""
+
+    node: NodeCluster
+    home: Path
+    stack: NodeStack
+    sets: list[str]
+    installs: list[subprocess.CompletedProcess[str]] = field(default_factory=list)
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.node.kubeconfig),
+            **{f"HELM_{k}_HOME": str(self.home / k.lower()) for k in ("CACHE", "CONFIG", "DATA")},
+        }
+        done = subprocess.run([str(peer("helm")), *args], env=env, capture_output=True, text=True, check=False)
+        if check:
+            assert done.returncode == 0, f"helm {' '.join(args[:2])}: {done.stdout}{done.stderr}{self.diagnosis()}"
+        return done
+
+    def diagnosis(self) -> str:
+        """What a user would look at when an install fails: the Pods' states and logs, the Events."""
+        out = []
+        for pod in self.get(f"/api/v1/namespaces/{NS}/pods")["items"]:
+            name = pod["metadata"]["name"]
+            out.append(f"\n--- pod {name}: {json.dumps(pod['status'].get('containerStatuses'))[:1500]}")
+            try:
+                out.append(api_text(self.node, f"/api/v1/namespaces/{NS}/pods/{name}/log")[-2000:])
+            except OSError as exc:
+                out.append(f"(no log: {exc})")
+        for event in self.get(f"/api/v1/namespaces/{NS}/events")["items"][-30:]:
+            out.append(f"\nevent {event['involvedObject']['name']}: {event['reason']}: {event['message']}")
+        return "".join(out)
+
+    def install(self, *extra: str) -> subprocess.CompletedProcess[str]:
+        args = [a for s in [*self.sets, *extra] for a in ("--set", s)]
+        done = self.helm("install", RELEASE, str(CHART), "-n", NS, *args, "--wait", "--timeout", "5m")
+        self.installs.append(done)
+        return done
+
+    def get(self, path: str) -> dict[str, Any]:
+        status, body = api_request(self.node, "GET", path)
+        assert status == 200, (path, body)
+        return dict(body)
+
+    def chart_pods(self) -> list[dict[str, Any]]:
+        selector = f"app.kubernetes.io/instance={RELEASE}"
+        return list(self.get(f"/api/v1/namespaces/{NS}/pods?labelSelector={selector}")["items"])
+
+    def secret(self, name: str, key: str) -> str:
+        return base64.b64decode(self.get(f"/api/v1/namespaces/{NS}/secrets/{name}")["data"][key]).decode()
+
+    def deliveries_applied(self) -> float:
+        """workflow_job deliveries the receivers applied, summed over their Pods' /metrics."""
+        total = 0.0
+        for pod in self.chart_pods():
+            if pod["metadata"]["labels"]["app.kubernetes.io/component"] != "webhook":
+                continue
+            with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8080/metrics", timeout=10) as resp:
+                text = resp.read().decode()
+            for line in text.splitlines():
+                if line.startswith('grs_webhook_deliveries_total{event="workflow_job",outcome="applied"}'):
+                    total += float(line.rsplit(" ", 1)[1])
+        return total
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or [])
+
+
+def _components(pods: list[dict[str, Any]]) -> list[str]:
+    return sorted(p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods)
+
+
+def _repository_and_tag(ref: str) -> tuple[str, str]:
+    repository, _, tag = ref.rpartition(":")
+    return repository, tag
+
+
+@pytest.fixture(scope="module")
+def release(node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
+    """Gitea outside the cluster, storage for Redis's claim, and `helm install` with the image overrides."""
+    work = tmp_path_factory.mktemp("helm")
+    namespace = {
+        "metadata": {
+            "name": NS,
+            # Runners (act_runner as root) need `baseline`; everything of the chart's own must meet `restricted`.
+            "labels": {
+                "pod-security.kubernetes.io/enforce": "baseline",
+                "pod-security.kubernetes.io/warn": "restricted",
+            },
+        }
+    }
+    assert api_request(node, "POST", "/api/v1/namespaces", namespace)[0] == 201
+    # What a cluster's storage gives a claim: here a volume on the node, owned by Redis's uid.
+    data = work / "redis-data"
+    data.mkdir()
+    os.chown(data, 999, 999)
+    volume = {
+        "metadata": {"name": "redis-data"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "hostPath": {"path": str(data), "type": "Directory"},
+        },
+    }
+    assert api_request(node, "POST", "/api/v1/persistentvolumes", volume)[0] == 201
+    scaler, _ = image("scaler")
+    redis, _ = image("redis")
+    (scaler_repo, scaler_tag), (redis_repo, redis_tag) = _repository_and_tag(scaler), _repository_and_tag(redis)
+    sets = [
+        f"image.repository={scaler_repo}",
+        f"image.tag={scaler_tag}",
+        f"redis.image.repository={redis_repo}",
+        f"redis.image.tag={redis_tag}",
+        "webhook.service.type=NodePort",
+    ]
+    gitea, token = start_gitea(work)
+    try:
+        stack = NodeStack(
+            node=node,
+            redis=None,
+            gitea=gitea,
+            receiver=None,
+            reconciler=None,
+            receiver_url="",  # known once the Service has its node port
+            metrics_url="",
+            registration_token=token,
+            runner_image=image("runner")[0],
+        )
+        rel = Release(node=node, home=work / "helm-home", stack=stack, sets=sets)
+        rel.install()
+        service = rel.get(f"/api/v1/namespaces/{NS}/services/{FULL}-webhook")
+        stack.receiver_url = f"http://{NODE_IP}:{service['spec']['ports'][0]['nodePort']}/webhook"
+        stack.webhook_secret = rel.secret(f"{FULL}-webhook", "webhook-secret")
+        stack.set_tokens(NS, registration_token=token, create=True)
+        stack.group(NS, LABEL)
+        yield rel
+    finally:
+        gitea.stop()
+
+
+def test_install_makes_every_pod_ready_under_the_charts_own_accounts(release: Release) -> None:
+    pods = release.chart_pods()
+    assert _components(pods) == ["reconciler", "redis", "webhook", "webhook"]
+    assert all(_ready(p) for p in pods)
+    accounts = {
+        p["metadata"]["labels"]["app.kubernetes.io/component"]: p["spec"].get("serviceAccountName") for p in pods
+    }
+    assert accounts["reconciler"] == f"{FULL}-reconciler" and accounts["webhook"] == f"{FULL}-webhook"
+    # Nothing of the chart's own would be refused under the `restricted` profile (the API server warns).
+    assert "PodSecurity" not in release.installs[0].stderr, release.installs[0].stderr
+    # The hook made the Secrets and went away; the render carried no value.
+    assert len(release.secret(f"{FULL}-webhook", "webhook-secret")) == 48
+    assert len(release.secret(f"{FULL}-redis", "redis-password")) == 48
+    assert not release.get(f"/apis/batch/v1/namespaces/{NS}/jobs?labelSelector=app.kubernetes.io/component=secrets")[
+        "items"
+    ]
+    claim = release.get(f"/api/v1/namespaces/{NS}/persistentvolumeclaims/data-{FULL}-redis-0")
+    assert claim["status"]["phase"] == "Bound" and claim["spec"]["volumeName"] == "redis-data"
+
+
+def test_gitea_delivers_through_the_service_and_a_workflow_goes_green(release: Release) -> None:
+    stack = release.stack
+    repo = stack.repo()
+    run_id = stack.push(repo, workflow("build", "test", label=LABEL))
+    assert stack.wait_run(repo, run_id, timeout=180)["conclusion"] == "success"
+    jobs = stack.jobs(repo, run_id)
+    # The receivers in the cluster applied Gitea's deliveries (their own metrics say so, Pod by Pod).
+    # At least `queued` and `completed` of each job; Gitea sends them a second or so after the fact.
+    wait_for(lambda: release.deliveries_applied() >= 2 * len(jobs), timeout=30, what="the deliveries applied")
+    # The installed reconciler started one runner per job, and Gitea keeps none of them.
+    runner_jobs = stack.runner_jobs(NS)
+    assert len(runner_jobs) >= len(jobs)
+    wait_for(lambda: not stack.runners_with(LABEL), timeout=60, what="Gitea lists no runner of the group")
+
+
+def _sign(secret: str, body: bytes) -> str:
+    return hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def _deliver(url: str, secret: str) -> int | None:
+    """A signed delivery the receiver answers without writing anything (an event it ignores)."""
+    body = b"{}"
+    headers = {"Content-Type": "application/json", "X-Gitea-Event": "push", "X-Gitea-Signature": _sign(secret, body)}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=body, headers=headers), timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+    except OSError:
+        return None  # a connection to a Pod that is going away; the next one goes elsewhere
+
+
+def _answer(url: str, secret: str) -> int:
+    """The receivers' answer to a delivery, once one answers (a Pod on its way out may not)."""
+    return wait_for(lambda: _deliver(url, secret), timeout=30, what="an answer from the receivers")
+
+
+def test_a_rotated_webhook_secret_rolls_the_receivers_accepting_both(release: Release) -> None:
+    stack = release.stack
+    old, new = stack.webhook_secret, "rotated-" + os.urandom(12).hex()
+    before = {p["metadata"]["name"] for p in release.chart_pods() if "webhook" in p["metadata"]["name"]}
+    rotated = {"metadata": {"name": "webhook-rotated"}, "stringData": {"webhook-secret": f"{new}\n{old}\n"}}
+    assert api_request(release.node, "POST", f"/api/v1/namespaces/{NS}/secrets", rotated)[0] == 201
+    answers: dict[str, list[int | None]] = {"old": [], "new": []}
+    done = threading.Event()
+
+    def keep_delivering() -> None:
+        while not done.is_set():
+            answers["old"].append(_deliver(stack.receiver_url, old))
+            answers["new"].append(_deliver(stack.receiver_url, new))
+            time.sleep(0.05)
+
+    sender = threading.Thread(target=keep_delivering)
+    sender.start()
+    try:
+        release.helm("upgrade", RELEASE, str(CHART), "-n", NS, "--reuse-values",
+                     "--set", "webhook.secret.existingSecret=webhook-rotated", "--wait", "--timeout", "5m")  # fmt: skip
+    finally:
+        done.set()
+        sender.join()
+    after = {p["metadata"]["name"] for p in release.chart_pods() if "webhook" in p["metadata"]["name"]}
+    assert not before & after, "the receivers were not replaced"
+    # Before, during and after the roll Gitea's secret was never refused (an answer was a 2xx, or none at
+    # all from a Pod on its way out); the new one is taken by every receiver once the roll is done.
+    assert {a for a in answers["old"] if a is not None} == {200}, answers["old"]
+    assert answers["old"].count(200) >= 3
+    assert [_answer(stack.receiver_url, new) for _ in range(6)] == [200] * 6
+    # Gitea moves to the new secret; its deliveries still reach and runs still go green.
+    stack.webhook_secret = new
+    repo = stack.repo()
+    run_id = stack.push(repo, workflow("after-rotation", label=LABEL))
+    assert stack.wait_run(repo, run_id, timeout=180)["conclusion"] == "success"
+    # The old secret is dropped from the Secret; the next upgrade rolls the receivers, which refuse it.
+    only_new = {"metadata": {"name": "webhook-rotated"}, "stringData": {"webhook-secret": new}}
+    assert api_request(release.node, "PUT", f"/api/v1/namespaces/{NS}/secrets/webhook-rotated", only_new)[0] == 200
+    release.helm("upgrade", RELEASE, str(CHART), "-n", NS, "--reuse-values", "--wait", "--timeout", "5m")
+    assert [_answer(stack.receiver_url, old) for _ in range(6)] == [401] * 6
+    assert _answer(stack.receiver_url, new) == 200
+
+
+def test_uninstall_keeps_what_users_own_and_a_second_install_takes_it_over(release: Release) -> None:
+    claim_path = f"/api/v1/namespaces/{NS}/persistentvolumeclaims/data-{FULL}-redis-0"
+    claim_uid = release.get(claim_path)["metadata"]["uid"]
+    generated = release.secret(f"{FULL}-webhook", "webhook-secret")
+    release.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "3m")
+    wait_for(lambda: not release.chart_pods(), timeout=120, what="the chart's Pods are gone")
+    # Kept: the CRD, the RunnerGroup, the generated Secrets, Redis's claim (and so its data).
+    assert release.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/runnergroups.gitea.bpg.pw")
+    assert release.get(f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{NS}/runnergroups/runners")
+    assert release.secret(f"{FULL}-webhook", "webhook-secret") == generated
+    assert release.get(claim_path)["metadata"]["uid"] == claim_uid
+    # A second install, as the first (with the rotated secret), adopts all of it.
+    release.install("webhook.secret.existingSecret=webhook-rotated")
+    assert all(_ready(p) for p in release.chart_pods())
+    assert release.get(claim_path)["metadata"]["uid"] == claim_uid
+    assert release.secret(f"{FULL}-webhook", "webhook-secret") == generated  # the hook replaced nothing
+    stack = release.stack
+    repo = stack.repo()
+    run_id = stack.push(repo, workflow("reinstalled", label=LABEL))
+    assert stack.wait_run(repo, run_id, timeout=180)["conclusion"] == "success"
+    status = stack.group_status(NS)
+    assert status.get("observedGeneration") == 1
