@@ -383,6 +383,8 @@ class Kube:
             if exc.status != 404:
                 raise classify(exc) from None
             secret = None
+        if secret is not None and key in (secret.data or {}):
+            return False
         value = base64.b64encode(make().encode()).decode()
         try:
             if secret is None:
@@ -396,8 +398,6 @@ class Kube:
                     "data": {key: value},
                 }
                 await self.core.create_namespaced_secret(namespace, cast(Any, body), _request_timeout=REQUEST_TIMEOUT)
-            elif key in (secret.data or {}):
-                return False
             else:  # the resourceVersion makes a concurrent writer fail with 409 instead of being overwritten
                 patch = {"metadata": {"resourceVersion": secret.metadata.resource_version}, "data": {key: value}}
                 await self.core.patch_namespaced_secret(
