@@ -326,7 +326,10 @@ class Controller:
     ) -> Plan:
         """Plan one group and apply the plan."""
         jobs = self._jobs_of(group)
-        activity = await self.store.activity([j.name for j in jobs if not j.finished])
+        activity = await self.store.activity([j.name for j in jobs if not j.finished], jobs=[q.job_id for q in queued])
+        # The queue was read for every group before this pass; a job a runner took since then is busy
+        # in `activity` and must not count as waiting too (it would start a runner nobody needs).
+        queued = [q for q in queued if q.job_id in activity.queued]
         runners = self.runners(group, activity)
         now_ms = self.now_ms()
         recent = await self.store.recently_created(group.uid, since_ms=now_ms - CREATED_WINDOW_MS)

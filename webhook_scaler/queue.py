@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, cast
 
@@ -466,15 +466,30 @@ class JobStore:
         """Which of these runner names Gitea reported as running a job (from `in_progress` events)."""
         return (await self.activity(runners)).busy
 
-    async def activity(self, runners: Sequence[str]) -> Activity:
-        """What Gitea reported about these runners: which run a job, and when the job of others ended."""
-        if not runners:
-            return Activity(set(), {})
-        values = await self.redis.mget([self._busy_key(r) for r in runners] + [self._done_key(r) for r in runners])
+    async def activity(self, runners: Sequence[str], *, jobs: Sequence[int] = ()) -> Activity:
+        """What Gitea reported about these runners (which run a job, when the job of others ended) and
+        which of these `jobs` are still queued, read in one transaction.
+
+        One snapshot matters: a runner that takes a job is busy and the job leaves the queue in one
+        write, so a caller that read the queue a moment earlier learns here that the job is gone, and
+        does not count it as waiting for a runner that is already running it.
+        """
+        if not runners and not jobs:
+            return Activity(set(), {}, set())
+        async with self.redis.pipeline(transaction=True) as pipe:
+            if runners:
+                pipe.mget([self._busy_key(r) for r in runners] + [self._done_key(r) for r in runners])
+            for job_id in jobs:
+                pipe.hget(self._job_key(job_id), "state")
+            results = await pipe.execute()
+        values = results.pop(0) if runners else []
         busy, done = values[: len(runners)], values[len(runners) :]
         return Activity(
             busy={r for r, v in zip(runners, busy, strict=True) if v is not None},
             done_ms={r: int(v) for r, v in zip(runners, done, strict=True) if v is not None},
+            queued={
+                j for j, state in zip(jobs, results, strict=True) if state is not None and _text(state) == "queued"
+            },
         )
 
     async def ping(self) -> bool:
@@ -484,10 +499,12 @@ class JobStore:
 
 @dataclass(frozen=True, slots=True)
 class Activity:
-    """Gitea's word on runners: busy ones (`in_progress`), and when the job of others completed."""
+    """Gitea's word on runners: busy ones (`in_progress`), and when the job of others completed; and
+    which of the jobs asked about are still queued."""
 
     busy: set[str]
     done_ms: dict[str, int]
+    queued: set[int] = field(default_factory=set)
 
 
 def _text(value: bytes | str | int) -> str:

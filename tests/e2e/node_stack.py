@@ -30,15 +30,24 @@ TOKENS = "gitea-runner-tokens"
 T = TypeVar("T")
 
 
-def wait_for(check: Callable[[], T | Literal[False] | None], *, timeout: float, what: str, every: float = 0.2) -> T:
-    """Poll `check` until it returns something truthy, and return that."""
+def wait_for(
+    check: Callable[[], T | Literal[False] | None],
+    *,
+    timeout: float,
+    what: str,
+    every: float = 0.2,
+    explain: Callable[[], str] | None = None,
+) -> T:
+    """Poll `check` until it returns something truthy, and return that; on a timeout, say what `explain`
+    finds (the state a reader needs to tell why)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = check()
         if result:
             return result
         time.sleep(every)
-    raise AssertionError(f"{what}: not within {timeout}s")
+    detail = f"\n{explain()}" if explain is not None else ""
+    raise AssertionError(f"{what}: not within {timeout}s{detail}")
 
 
 def workflow(*jobs: str, label: str, needs: str | None = None, step: str = "echo hello from $GITHUB_JOB") -> str:
@@ -123,6 +132,26 @@ class NodeStack:
     def runner_jobs(self, ns: str) -> list[dict[str, Any]]:
         """The runner Jobs in a namespace."""
         return list(api_request(self.node, "GET", f"/apis/batch/v1/namespaces/{ns}/jobs")[1]["items"])
+
+    def describe_runners(self, ns: str) -> str:
+        """Each runner Job of a namespace with its Pods' phases, and what the reconciler logged about
+        runners: for the message of a failed wait."""
+        pods: dict[str, list[str]] = {}
+        for pod in self.pods(ns):
+            owner = (pod["metadata"].get("labels") or {}).get("job-name", "?")
+            pods.setdefault(owner, []).append(f"{pod['metadata']['name']}={pod['status'].get('phase')}")
+        lines = []
+        for job in self.runner_jobs(ns):
+            meta, status = job["metadata"], job.get("status") or {}
+            conds = [c["type"] for c in status.get("conditions") or [] if c["status"] == "True"]
+            lines.append(
+                f"job {meta['name']} created {meta['creationTimestamp']} {conds} pods {pods.get(meta['name'])}"
+            )
+        if self.reconciler is not None:
+            lines += [ln for ln in self.our_log("reconciler").splitlines() if '"runner ' in ln or "poll healed" in ln]
+        if self.receiver is not None:
+            lines += [ln for ln in self.our_log("receiver").splitlines() if '"webhook recorded"' in ln]
+        return "\n".join(lines)
 
     def pods(self, ns: str) -> list[dict[str, Any]]:
         """The Pods in a namespace."""

@@ -48,7 +48,12 @@ def test_a_pushed_workflow_goes_green_with_one_runner_pod_per_job(stack: NodeSta
         ("c", "success"),
     ]
     assert len({j["runner_id"] for j in jobs}) == 4, "each job ran on a runner of its own"
-    wait_for(lambda: not active_runners(stack, ns), timeout=60, what="every runner Job finished")
+    wait_for(
+        lambda: not active_runners(stack, ns),
+        timeout=60,
+        what="every runner Job finished",
+        explain=lambda: stack.describe_runners(ns),
+    )
     pods = stack.pods(ns)
     assert sorted(p["status"]["phase"] for p in pods) == ["Succeeded"] * 4
     wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")

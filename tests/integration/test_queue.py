@@ -8,7 +8,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from tests.jobs import model
-from webhook_scaler.queue import ALL, JobStore, JobUpdate, Outcome, Scope, Ttls
+from webhook_scaler.queue import ALL, Activity, JobStore, JobUpdate, Outcome, Scope, Ttls
 
 
 def upd(status: str, **kw: Any) -> JobUpdate:
@@ -187,3 +187,16 @@ async def test_busy_runners_follow_in_progress_and_completed(redis: Redis) -> No
     # ...and when the job it took ended, so that a runner outliving its job can be told apart
     activity = await store.activity([in_progress.runner_name, "other"])
     assert activity.busy == set() and activity.done_ms == {in_progress.runner_name: 3}
+
+
+async def test_activity_says_which_jobs_are_still_queued_in_the_same_snapshot(redis: Redis) -> None:
+    store = JobStore(redis)
+    await store.record(upd("queued", job_id=1), now_ms=1)
+    await store.record(upd("queued", job_id=2), now_ms=1)
+    taken = upd("in_progress", job_id=2)
+    await store.record(taken, now_ms=2)
+    assert taken.runner_name
+    activity = await store.activity([taken.runner_name], jobs=[1, 2, 3])
+    assert activity.queued == {1} and activity.busy == {taken.runner_name}
+    assert (await store.activity([], jobs=[1])).queued == {1}
+    assert await store.activity([]) == Activity(set(), {}, set())
