@@ -45,9 +45,24 @@ class SecretKeyRef(_Spec):
 
 
 class SecretKeySelector(_Spec):
-    """A reference to a Secret key; the value never appears in a Job spec, log or status."""
+    """A reference to a Secret key; the value never appears in a Job spec, log or status.
+
+    gitea-runner-operator's form, `name` and `key` without `secretRef`, is read as the same thing.
+    """
 
     secret_ref: SecretKeyRef = Field(alias="secretRef", description="The Secret and key holding the value.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_form(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not {"name", "key", "optional"} & data.keys():
+            return data
+        if "secretRef" in data or "secret_ref" in data or not {"name", "key"} <= data.keys():
+            raise ValueError(FLAT_REF_MESSAGE)
+        if data.get("optional"):
+            raise ValueError(OPTIONAL_REF_MESSAGE)
+        rest = {k: v for k, v in data.items() if k not in ("name", "key", "optional")}
+        return {"secretRef": {k: data[k] for k in ("name", "key") if k in data}, **rest}
 
 
 class GiteaSpec(_Spec):
@@ -67,8 +82,11 @@ class RunnerGroupSpec(_Spec):
     user: str | None = Field(None, min_length=1, description="User name; required when scope is user.")
     repo: str | None = Field(
         None,
-        pattern=r"^[^/\s]+/[^/\s]+$",
-        description="Repository as owner/name; required when scope is repo.",
+        pattern=r"^[^/\s]+(/[^/\s]+)?$",
+        description=(
+            "Repository as owner/name; required when scope is repo. A bare name takes spec.org (or spec.user) "
+            "as its owner, as gitea-runner-operator wrote it."
+        ),
     )
     gitea: GiteaSpec
     labels: list[str] = Field(
@@ -115,11 +133,29 @@ class RunnerGroupSpec(_Spec):
     )
     suspend: bool = Field(False, description="Start no new runners; running ones finish.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _older_forms(cls, data: Any) -> Any:
+        """Read what gitea-runner-operator wrote: `giteaURL`, and a bare `repo` name under `org`/`user`."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if ("gitea" in data) == ("giteaURL" in data):
+            raise ValueError(GITEA_URL_MESSAGE)
+        if "giteaURL" in data:
+            data["gitea"] = {"url": data.pop("giteaURL")}
+        repo, owner = data.get("repo"), data.get("org") or data.get("user")
+        if data.get("scope") == "repo" and isinstance(repo, str) and "/" not in repo and isinstance(owner, str):
+            data["repo"] = f"{owner}/{repo}"
+        return data
+
     @model_validator(mode="after")
     def _scope_target(self) -> RunnerGroupSpec:
         needed = {"org": self.org, "user": self.user, "repo": self.repo}.get(self.scope, "n/a")
         if not needed:
             raise ValueError(f"spec.{self.scope} is required when scope is {self.scope}")
+        if self.scope == "repo" and "/" not in (self.repo or ""):
+            raise ValueError(REPO_MESSAGE)
         if self.min_idle_runners > self.max_active_runners:
             raise ValueError("minIdleRunners must not exceed maxActiveRunners")
         parse_duration(self.pending_timeout)
@@ -138,7 +174,19 @@ class RunnerGroupSpec(_Spec):
 
 # -- the CRD ----------------------------------------------------------------------------------------
 
+GITEA_URL_MESSAGE = "set spec.gitea.url, or spec.giteaURL as gitea-runner-operator wrote it, not both"
+REPO_MESSAGE = "spec.repo is owner/name, or a bare name with spec.org or spec.user as its owner"
+FLAT_REF_MESSAGE = "give secretRef {name, key}, or name and key alone as gitea-runner-operator did"
+OPTIONAL_REF_MESSAGE = "a token's Secret cannot be optional: remove optional"
+
 _CEL_RULES = [
+    {"rule": "has(self.gitea) != has(self.giteaURL)", "message": GITEA_URL_MESSAGE},
+    {
+        "rule": (
+            "self.scope != 'repo' || !has(self.repo) || self.repo.contains('/') || has(self.org) || has(self.user)"
+        ),
+        "message": REPO_MESSAGE,
+    },
     {"rule": "self.scope != 'org' || has(self.org)", "message": "spec.org is required when scope is org"},
     {"rule": "self.scope != 'user' || has(self.user)", "message": "spec.user is required when scope is user"},
     {"rule": "self.scope != 'repo' || has(self.repo)", "message": "spec.repo is required when scope is repo"},
@@ -220,10 +268,38 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _older_forms(spec: dict[str, Any]) -> None:
+    """Let the API server admit gitea-runner-operator's fields, which the model reads (see RunnerGroupSpec)."""
+    url = spec["properties"]["gitea"]["properties"]["url"]
+    spec["properties"]["giteaURL"] = {
+        "type": "string",
+        "pattern": url["pattern"],
+        "description": "gitea.url as gitea-runner-operator wrote it; prefer gitea.url.",
+    }
+    spec["required"] = [r for r in spec["required"] if r != "gitea"]
+    for name in ("registrationToken", "authToken"):
+        selector = spec["properties"][name]
+        ref = selector["properties"]["secretRef"]["properties"]
+        selector["properties"] |= {
+            "name": ref["name"] | {"description": "secretRef.name, as gitea-runner-operator wrote it."},
+            "key": ref["key"] | {"description": "secretRef.key, as gitea-runner-operator wrote it."},
+            "optional": {"type": "boolean", "description": "Only false: a token is never optional."},
+        }
+        selector.pop("required", None)
+        selector["x-kubernetes-validations"] = [
+            {
+                "rule": "has(self.secretRef) ? !has(self.name) && !has(self.key) : has(self.name) && has(self.key)",
+                "message": FLAT_REF_MESSAGE,
+            },
+            {"rule": "!has(self.optional) || !self.optional", "message": OPTIONAL_REF_MESSAGE},
+        ]
+
+
 def spec_schema() -> dict[str, Any]:
     """The spec's structural openAPIV3Schema, made from RunnerGroupSpec."""
     raw = RunnerGroupSpec.model_json_schema(by_alias=True)
     node = _structural(raw, raw.get("$defs", {}))
+    _older_forms(node)
     node["x-kubernetes-validations"] = _CEL_RULES
     return node
 

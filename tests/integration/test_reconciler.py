@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import io
 import time
 import uuid
@@ -21,12 +22,12 @@ from redis.asyncio import Redis
 
 from reconciler.giteaapi import GiteaClient
 from reconciler.kube import Informer, Kube, api_client, job_from
-from reconciler.loop import Controller
+from reconciler.loop import Controller, GroupState
 from reconciler.manifests import GROUP_LABEL, JOB_ID_ANNOTATION
 from reconciler.metrics import Metrics
 from reconciler.settings import Settings
 from tests.fake_gitea import FakeGitea
-from tests.groups import spec_dict
+from tests.groups import REFUSED, changed, operator_form, spec_dict
 from tests.jobs import model
 from tests.kube_cluster import KubeCluster, api_request
 from tests.redis_server import RedisServer
@@ -147,28 +148,12 @@ async def queue(redis: Redis, job_id: int, *, labels: list[str], repo: str = "ac
 # -- the CRD ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("spec", "message"),
-    [
-        pytest.param({"scope": "org", "org": None}, "spec.org is required", id="org-scope-without-org"),
-        pytest.param({"scope": "repo", "repo": None}, "spec.repo is required", id="repo-scope-without-repo"),
-        pytest.param({"maxActiveRunners": 0}, "maxActiveRunners", id="max-zero"),
-        pytest.param({"scope": "team"}, "scope", id="unknown-scope"),
-        pytest.param({"repo": "no-slash", "scope": "repo"}, "spec.repo", id="repo-not-owner-slash-name"),
-        pytest.param({"minIdleRunners": 5}, "minIdleRunners must not exceed", id="min-idle-above-max"),
-        pytest.param({"gitea": {"url": "ftp://x"}}, "spec.gitea.url", id="bad-url"),
-        pytest.param({"registrationToken": {"secretRef": {"name": "x"}}}, "key", id="secret-ref-without-key"),
-    ],
-)
+@pytest.mark.parametrize(("spec", "message"), REFUSED)
 def test_invalid_runnergroups_are_rejected_by_the_api_server(
     kube: KubeCluster, spec: dict[str, Any], message: str
 ) -> None:
     body = group("bad")
-    for key, value in spec.items():
-        if value is None:
-            body["spec"].pop(key, None)
-        else:
-            body["spec"][key] = value
+    body["spec"] = changed(body["spec"], spec)
     status, answer = api_request(kube, "POST", RG.format(ns="default"), body)
     assert status == 422, answer
     assert message in answer["message"]
@@ -230,6 +215,28 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
         assert events(kube, ns, "RunnerCreated")
 
 
+async def test_a_runnergroup_written_for_gitea_runner_operator_applies_unchanged_and_runs(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    ns = namespace(kube)
+    body = group("legacy")
+    body["spec"] = operator_form()
+    status, stored = api_request(kube, "POST", RG.format(ns=ns), body)
+    assert status == 201, stored
+    assert stored["spec"]["giteaURL"] == "http://gitea.invalid:3000", "kept as written, not pruned"
+    await queue(redis, 31, labels=["k8s"], repo="acme/widgets")
+    await queue(redis, 32, labels=["k8s"], repo="acme/elsewhere")  # not the group's repository
+    async with running_controller(kube.kubeconfig, redis_server.url, ns):
+        (job,) = await eventually(lambda: runner_jobs(kube, ns))
+        s = await eventually(lambda: (s := group_status(kube, ns, "legacy")).get("target") and s)
+    assert job["metadata"]["annotations"][JOB_ID_ANNOTATION] == "31"
+    env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GITEA_INSTANCE_URL"]["value"] == "http://gitea.invalid:3000"
+    assert env["GITEA_RUNNER_REGISTRATION_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "gitea", "key": "reg"}
+    assert s["target"] == "acme/widgets"
+    assert s["conditions"]["Ready"]["status"] == "True"
+
+
 async def test_two_reconcilers_never_start_two_runners_for_one_job(
     kube: KubeCluster, redis_server: RedisServer, redis: Redis
 ) -> None:
@@ -252,6 +259,32 @@ async def test_two_reconcilers_never_start_two_runners_for_one_job(
     narrow = [j for j in jobs if j["metadata"]["labels"][GROUP_LABEL] == "narrow"]
     assert len(narrow) == 4  # maxActiveRunners held across both replicas
     assert {int(j["metadata"]["annotations"][JOB_ID_ANNOTATION]) for j in narrow} <= set(range(100, 110))
+
+
+async def test_a_job_taken_since_the_queue_was_read_starts_no_second_runner(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    """A pass reads the queue for every group first, then each group's runners. A runner that took its
+    job in between is busy, and its job must not still count as waiting: that used to start a warm
+    runner nobody needed, idle for a minute after the run had finished."""
+    ns = namespace(kube)
+    create_group(kube, ns, "racy", labels=[], defaultLabels=[])
+    await queue(redis, 20, labels=[])
+    store = JobStore(redis)
+    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+        (runner,) = await eventually(lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns)])
+        read_before = await store.queued()  # what reconcile_all read, a moment before...
+        taken = JobUpdate.from_payload(model("in_progress", job_id=20, labels=[]))
+        await store.record(dataclasses.replace(taken, runner_name=runner), now_ms=int(time.time() * 1000))
+        await eventually(lambda: any(j.name == runner for j in controller.jobs.items.values()))
+        group_obj = next(g for g in controller.groups.items.values() if g.name == "racy")
+        spec = controller.views()[0][1]
+        assert spec is not None
+        controller._index()
+        decided = await controller.reconcile_group(group_obj, spec, read_before, GroupState())
+    assert [j.job_id for j in read_before] == [20]
+    assert decided.create == () and decided.counts.queued == 0
+    assert [j["metadata"]["name"] for j in runner_jobs(kube, ns)] == [runner]
 
 
 async def test_spec_the_schema_allows_but_the_controller_refuses_is_reported(

@@ -10,10 +10,12 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from reconciler.crd import RunnerGroupSpec, crd, parse_duration
 from reconciler.manifests import JOB_ID_ANNOTATION, GroupRef, build_job, is_dind, job_name
 from tests import groups
+from tests.groups import REFUSED, changed, operator_form, spec_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 REF = GroupRef(namespace="ci", name="builders", uid="0000-1111")
@@ -31,7 +33,7 @@ def test_crd_file_is_generated_from_the_model() -> None:
 def test_crd_schema_has_every_spec_field() -> None:
     props = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
     aliases = {f.alias or name for name, f in RunnerGroupSpec.model_fields.items()}
-    assert set(props) == aliases
+    assert set(props) == aliases | {"giteaURL"}  # gitea-runner-operator's name, read by the model into gitea.url
     assert props["podTemplate"]["x-kubernetes-preserve-unknown-fields"] is True
 
 
@@ -124,3 +126,21 @@ def test_job_names_are_always_valid_dns_labels(group: str, suffix: str) -> None:
     assert len(name) <= 63
     assert name[0].isalnum() and name[-1].isalnum()
     assert all(c.islower() or c.isdigit() or c == "-" for c in name)
+
+
+@pytest.mark.parametrize(("changes", "message"), REFUSED)
+def test_the_model_refuses_what_the_schema_refuses_in_the_same_words(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        RunnerGroupSpec.model_validate(changed(spec_dict(), changes))
+    assert message in str(refused.value)
+
+
+def test_gitea_runner_operator_form_reads_as_ours() -> None:
+    ours = spec_dict(scope="repo", repo="acme/widgets")
+    del ours["org"]
+    assert RunnerGroupSpec.model_validate(operator_form()).model_dump() == {
+        **RunnerGroupSpec.model_validate(ours).model_dump(),
+        "org": "acme",
+    }
+    user_repo = RunnerGroupSpec.model_validate(changed(operator_form(user="jo"), {"org": None}))
+    assert user_repo.repo == "jo/widgets"
