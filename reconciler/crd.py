@@ -19,6 +19,7 @@ KIND = "RunnerGroup"
 PLURAL = "runnergroups"
 API_VERSION = f"{GROUP}/{VERSION}"
 DEFAULT_IMAGE = "docker.io/gitea/act_runner:0.2.13-dind-rootless"
+DEFAULT_DIND_IMAGE = "docker.io/library/docker:28-dind"
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 DURATION_PATTERN = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
@@ -111,6 +112,17 @@ class RunnerGroupSpec(_Spec):
         alias="authToken", description="Secret key with a Gitea API token, used to poll for queued jobs."
     )
     image: str = Field(DEFAULT_IMAGE, min_length=1, description="act_runner image of the runner container.")
+    container_mode: Literal["", "dind"] = Field(
+        "",
+        alias="containerMode",
+        description=(
+            "dind: a privileged Docker daemon sidecar serves the runner's jobs (docker build, services:), "
+            "so the runner image itself runs unprivileged. Empty: the runner image alone."
+        ),
+    )
+    dind_image: str = Field(
+        DEFAULT_DIND_IMAGE, alias="dindImage", min_length=1, description="Image of the Docker daemon sidecar."
+    )
     pod_template: dict[str, Any] | None = Field(
         None,
         alias="podTemplate",

@@ -13,9 +13,10 @@ import json
 import logging
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Generic, TypeVar, cast
 
 from kubernetes_asyncio import client, config, watch
@@ -23,6 +24,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from reconciler.crd import GROUP, PLURAL, VERSION
 from reconciler.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, RUNNER_CONTAINER, SELECTOR, GroupRef
+from reconciler.tasks import run_together
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -267,6 +269,41 @@ class Informer(Generic[T]):
         return version
 
 
+class Informers(Generic[T]):
+    """One cache over several informers (one per namespace), read like one Informer."""
+
+    def __init__(self, name: str, parts: Sequence[Informer[T]]) -> None:
+        self.name = name
+        self.parts = list(parts)
+        self.synced = asyncio.Event()
+
+    @property
+    def items(self) -> dict[tuple[str, str], T]:
+        """Every part's objects (the keys carry the namespace, so they never collide)."""
+        return {key: obj for part in self.parts for key, obj in part.items.items()}
+
+    @property
+    def relists(self) -> int:
+        """Relists of all parts."""
+        return sum(p.relists for p in self.parts)
+
+    async def run(self) -> None:
+        """Run every part; synced once all are."""
+
+        async def synced() -> None:
+            for part in self.parts:
+                await part.synced.wait()
+            self.synced.set()
+            await asyncio.Future()  # parts run until cancelled, and so does this
+
+        tasks = [asyncio.create_task(p.run(), name=f"informer-{p.name}") for p in self.parts]
+        tasks.append(asyncio.create_task(synced(), name=f"synced-{self.name}"))
+        await run_together(tasks, what="informer")
+
+
+Cache = Informer[T] | Informers[T]
+
+
 # -- the client -----------------------------------------------------------------------------------
 
 
@@ -282,40 +319,47 @@ async def api_client(kubeconfig: str | None) -> client.ApiClient:
 class Kube:
     """Typed operations over the API objects the reconciler owns or reads."""
 
-    def __init__(self, api: client.ApiClient, *, namespace: str | None) -> None:
+    def __init__(self, api: client.ApiClient, *, namespace: str | Sequence[str] | None) -> None:
         self.api = api
-        self.namespace = namespace
+        self.namespaces: tuple[str, ...] = (namespace,) if isinstance(namespace, str) else tuple(namespace or ())
         self.custom = client.CustomObjectsApi(api)
         self.batch = client.BatchV1Api(api)
         self.core = client.CoreV1Api(api)
 
-    def informers(
-        self, on_change: Callable[[], None]
-    ) -> tuple[Informer[GroupObject], Informer[JobObject], Informer[PodObject]]:
-        """Informers for RunnerGroups, runner Jobs and their Pods (in one namespace or all)."""
-        ns = self.namespace
+    def informers(self, on_change: Callable[[], None]) -> tuple[Cache[GroupObject], Cache[JobObject], Cache[PodObject]]:
+        """Caches of RunnerGroups, runner Jobs and their Pods: one list and watch of each in every served
+        namespace (a namespaced Role in each is all it needs), or one across all namespaces."""
         sanitize = self.api.sanitize_for_serialization
 
-        def groups(**kw: Any) -> Awaitable[Any]:
+        def groups(ns: str) -> Callable[..., Awaitable[Any]]:
             if ns:
-                return self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, **kw)
-            return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kw)
+                return partial(self.custom.list_namespaced_custom_object, GROUP, VERSION, ns, PLURAL)
+            return partial(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
 
-        def jobs(**kw: Any) -> Awaitable[Any]:
+        def jobs(ns: str) -> Callable[..., Awaitable[Any]]:
             if ns:
-                return self.batch.list_namespaced_job(ns, label_selector=SELECTOR, **kw)
-            return self.batch.list_job_for_all_namespaces(label_selector=SELECTOR, **kw)
+                return partial(self.batch.list_namespaced_job, ns, label_selector=SELECTOR)
+            return partial(self.batch.list_job_for_all_namespaces, label_selector=SELECTOR)
 
-        def pods(**kw: Any) -> Awaitable[Any]:
+        def pods(ns: str) -> Callable[..., Awaitable[Any]]:
             if ns:
-                return self.core.list_namespaced_pod(ns, label_selector=SELECTOR, **kw)
-            return self.core.list_pod_for_all_namespaces(label_selector=SELECTOR, **kw)
+                return partial(self.core.list_namespaced_pod, ns, label_selector=SELECTOR)
+            return partial(self.core.list_pod_for_all_namespaces, label_selector=SELECTOR)
 
-        return (
-            Informer("runnergroups", list_fn=groups, convert=group_from, sanitize=sanitize, on_change=on_change),
-            Informer("jobs", list_fn=jobs, convert=job_from, sanitize=sanitize, on_change=on_change),
-            Informer("pods", list_fn=pods, convert=pod_from, sanitize=sanitize, on_change=on_change),
-        )
+        def cache(name: str, lister: Callable[[str], Callable[..., Awaitable[Any]]], convert: Any) -> Cache[Any]:
+            parts = [
+                Informer(
+                    f"{name}/{ns}" if ns else name,
+                    list_fn=lister(ns),
+                    convert=convert,
+                    sanitize=sanitize,
+                    on_change=on_change,
+                )
+                for ns in self.namespaces or ("",)
+            ]
+            return parts[0] if len(parts) == 1 else Informers(name, parts)
+
+        return cache("runnergroups", groups, group_from), cache("jobs", jobs, job_from), cache("pods", pods, pod_from)
 
     async def create_job(self, body: Mapping[str, Any]) -> bool:
         """Create a Job; False if one of that name exists already (409 is success)."""

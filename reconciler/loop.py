@@ -29,7 +29,7 @@ from reconciler.metrics import Metrics
 from reconciler.plan import Counts, Create, GroupView, Phase, Plan, Runner, assign, classify, plan
 from reconciler.settings import Settings
 from reconciler.status import Condition, desired_status
-from reconciler.tasks import cancel_all
+from reconciler.tasks import run_together
 from webhook_scaler.queue import ALL, Activity, JobStore, JobUpdate, QueuedJob, Scope
 
 log = logging.getLogger(__name__)
@@ -100,14 +100,10 @@ class Controller:
         if self.settings.poll_enabled:
             workers.append(asyncio.create_task(self._poll_forever(), name="poll"))
         workers.append(asyncio.create_task(self._reconcile_forever(), name="reconcile"))
-        try:
-            done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()
-            raise RuntimeError(f"controller task {next(iter(done)).get_name()} ended")
-        finally:
-            groups = [s.task for s in self.state.values() if s.task is not None]
-            await cancel_all([*workers, *groups, *self._background])
+        await run_together(workers, what="controller", also=self._passes_and_background)
+
+    def _passes_and_background(self) -> list[asyncio.Task[None]]:
+        return [*(s.task for s in self.state.values() if s.task is not None), *self._background]
 
     async def _reconcile_forever(self) -> None:
         for informer in (self.groups, self.jobs, self.pods):

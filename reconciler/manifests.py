@@ -37,6 +37,12 @@ _OWNED_ENV = (
     "GITEA_RUNNER_NAME",
     "GITEA_RUNNER_LABELS",
 )
+# containerMode dind: a Docker daemon as a native sidecar (an init container that keeps running; the
+# Pod ends when the runner does), reached through a socket on a shared emptyDir.
+DIND_CONTAINER = "dind"
+DIND_SOCKET_DIR = "/run/dind"
+DOCKER_HOST = f"unix://{DIND_SOCKET_DIR}/docker.sock"
+_DIND_VOLUMES = ("dind-socket", "dind-storage")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -89,6 +95,37 @@ def runner_env(spec: RunnerGroupSpec, *, name: str) -> list[dict[str, Any]]:
     ]
 
 
+def _add_dind_sidecar(pod: dict[str, Any], runner: dict[str, Any], *, image: str) -> None:
+    """A privileged dockerd next to the runner, its socket shared: the runner and its job containers
+    stay unprivileged. Whatever the podTemplate put under the same names is replaced."""
+    socket = {"name": _DIND_VOLUMES[0], "mountPath": DIND_SOCKET_DIR}
+    pod["volumes"] = [v for v in pod.get("volumes") or [] if v.get("name") not in _DIND_VOLUMES] + [
+        {"name": name, "emptyDir": {}} for name in _DIND_VOLUMES
+    ]
+    daemon = {
+        "name": DIND_CONTAINER,
+        "image": image,
+        "restartPolicy": "Always",  # a native sidecar: started first, stopped after the runner exits
+        "args": ["dockerd", f"--host={DOCKER_HOST}"],
+        "env": [{"name": "DOCKER_TLS_CERTDIR", "value": ""}],
+        "securityContext": {"privileged": True},
+        "volumeMounts": [socket, {"name": _DIND_VOLUMES[1], "mountPath": "/var/lib/docker"}],
+        # The runner starts once the daemon answers, so its first job never finds Docker missing.
+        "startupProbe": {
+            "exec": {"command": ["docker", f"--host={DOCKER_HOST}", "info"]},
+            "periodSeconds": 1,
+            "failureThreshold": 120,
+        },
+    }
+    inits = [c for c in pod.get("initContainers") or [] if c.get("name") != DIND_CONTAINER]
+    pod["initContainers"] = [daemon, *inits]
+    runner["env"] = [e for e in runner["env"] if e.get("name") != "DOCKER_HOST"] + [
+        {"name": "DOCKER_HOST", "value": DOCKER_HOST}
+    ]
+    mounts = [m for m in runner.get("volumeMounts") or [] if m.get("name") != _DIND_VOLUMES[0]]
+    runner["volumeMounts"] = [*mounts, socket]
+
+
 def build_job(
     group: GroupRef,
     spec: RunnerGroupSpec,
@@ -114,6 +151,8 @@ def build_job(
     container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     if is_dind(spec.image) and "securityContext" not in container:
         container["securityContext"] = {"privileged": True}
+    if spec.container_mode == "dind":
+        _add_dind_sidecar(pod, container, image=spec.dind_image)
 
     annotations: dict[str, str] = {}
     if job_id is not None:

@@ -14,7 +14,14 @@ class Settings(RedisSettings):
     """The reconciler process's settings."""
 
     kubeconfig: str | None = Field(None, description="Kubeconfig file; unset = the in-cluster service account.")
-    watch_namespace: str = Field("", description="Namespace of the RunnerGroups to serve; empty = all namespaces.")
+    watch_namespace: str = Field(
+        "",
+        pattern=r"^[a-z0-9-]*(,[a-z0-9-]+)*$",
+        description=(
+            "Namespaces of the RunnerGroups to serve (their runners run there too), comma-separated; "
+            "empty = all namespaces."
+        ),
+    )
     replica_id: str = Field(default_factory=socket.gethostname, description="This replica's name, for leases.")
     poll_enabled: bool = Field(True, description="Poll the Gitea API as the fallback for missed webhooks.")
     poll_interval: float = Field(30.0, ge=1, description="Seconds between polls of each Gitea scope.")
@@ -40,3 +47,8 @@ class Settings(RedisSettings):
     listen_port: int = Field(8081, ge=0, le=65535, description="Port of the metrics and health server.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
     log_format: Literal["json", "text"] = Field("json", description="Log format.")
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        """The namespaces served, or () for all of them."""
+        return tuple(dict.fromkeys(n for n in self.watch_namespace.split(",") if n))

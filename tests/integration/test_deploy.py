@@ -11,6 +11,7 @@ import logging
 import subprocess
 import urllib.request
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -295,9 +296,9 @@ def _resource_path(kube: KubeCluster, api_version: str, kind: str) -> tuple[str,
 
 def apply(kube: KubeCluster, doc: dict[str, Any], namespace: str) -> int:
     path, namespaced = _resource_path(kube, doc["apiVersion"], doc["kind"])
-    path = path.format(ns=f"namespaces/{namespace}/" if namespaced else "")
     if namespaced:
-        doc.setdefault("metadata", {}).setdefault("namespace", namespace)
+        namespace = doc.setdefault("metadata", {}).setdefault("namespace", namespace)
+    path = path.format(ns=f"namespaces/{namespace}/" if namespaced else "")
     status, body = api_request(kube, "POST", path, doc)
     assert status in (201, 409), (doc["kind"], doc["metadata"]["name"], body)
     return status
@@ -372,6 +373,62 @@ async def test_reconciler_runs_under_the_charts_rbac_and_nothing_more(
         == 403
     )
     assert as_sa("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles") == 403
+
+
+def _served(kube: KubeCluster, ns: str, *, active: int, poll: str) -> bool:
+    status = group_status(kube, ns, "g")
+    reason = status["conditions"].get("GiteaReachable", {}).get("reason")
+    return bool(status.get("activeRunners") == active and reason == poll)
+
+
+async def test_runners_in_namespaces_of_their_own_need_only_a_role_in_each(
+    kube: KubeCluster, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """The recommended layout: the controller in its namespace, RunnerGroups and their runners in
+    others (`runnerNamespaces`), served with a namespaced Role in each and nothing cluster-wide."""
+    tag = uuid.uuid4().hex[:6]
+    ctl, served, also, unserved = (f"{n}-{tag}" for n in ("ctl", "ci-a", "ci-b", "ci-c"))
+    for name in (ctl, served, also, unserved):
+        assert api_request(kube, "POST", "/api/v1/namespaces", {"metadata": {"name": name}})[0] == 201
+    docs = [d for d in render(ctl, sets=(f"runnerNamespaces={{{served},{also}}}",)) if not _hook(d)]
+    for doc in docs:
+        apply(kube, doc, ctl)
+    assert not [d for d in docs if d["kind"].startswith("Cluster") and d["kind"] != "CustomResourceDefinition"]
+    (reconciler,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-reconciler")]
+    watched = _env(reconciler)["GRS_WATCH_NAMESPACE"]
+    assert watched == f"{served},{also}"
+    token = sa_token(kube, ctl, "grs-gitea-runner-scaler-reconciler")
+    kubeconfig = kube.write_kubeconfig_for(tmp_path / "sa-kubeconfig", token=token)
+
+    secret = {"metadata": {"name": "gitea"}, "data": {"api": base64.b64encode(b"tok").decode(), "reg": "cmVn"}}
+    redis = Redis.from_url(redis_server.url)
+    await redis.flushall()
+    for i, ns in enumerate((served, also, unserved)):
+        assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", secret)[0] == 201
+        rg = group("g", labels=[], defaultLabels=[], scope="repo", repo=f"acme/r{i}")
+        assert api_request(kube, "POST", RG.format(ns=ns), rg)[0] == 201
+        await queue(redis, 500 + i, labels=[], repo=f"acme/r{i}")
+    async with running_controller(kubeconfig, redis_server.url, watched, poll_enabled=True, poll_interval=1):
+        for i, ns in enumerate((served, also)):
+            (job,) = await eventually(partial(runner_jobs, kube, ns))
+            assert job["metadata"]["annotations"]["gitea.bpg.pw/job-id"] == str(500 + i)
+            # Polled with its own namespace's Secret: Gitea is unreachable, not the Secret.
+            await eventually(partial(_served, kube, ns, active=1, poll="PollFailed"))
+    await redis.aclose()
+    assert (
+        runner_jobs(kube, unserved) == []
+        and "status" not in api_request(kube, "GET", RG.format(ns=unserved))[1]["items"][0]
+    )
+
+    def as_sa(method: str, path: str) -> int:
+        return api_request(kube, method, path, token=token)[0]
+
+    assert as_sa("GET", f"/apis/batch/v1/namespaces/{served}/jobs") == 200
+    for ns in (ctl, unserved):  # not even the controller's own namespace
+        assert as_sa("GET", f"/apis/batch/v1/namespaces/{ns}/jobs") == 403
+        assert as_sa("GET", RG.format(ns=ns)) == 403
+        assert as_sa("GET", f"/api/v1/namespaces/{ns}/secrets/gitea") == 403
+    assert as_sa("GET", "/apis/batch/v1/jobs") == 403
 
 
 async def test_the_install_hook_creates_the_secrets_once_under_its_own_rbac(

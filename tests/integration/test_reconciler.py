@@ -7,6 +7,7 @@ import base64
 import contextlib
 import dataclasses
 import io
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,11 +24,12 @@ from redis.asyncio import Redis
 from reconciler.giteaapi import GiteaClient
 from reconciler.kube import Informer, Kube, api_client, job_from
 from reconciler.loop import Controller, GroupState
-from reconciler.manifests import GROUP_LABEL, JOB_ID_ANNOTATION
+from reconciler.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, GroupRef, build_job
 from reconciler.metrics import Metrics
 from reconciler.settings import Settings
 from tests.fake_gitea import FakeGitea
 from tests.groups import REFUSED, changed, operator_form, spec_dict
+from tests.groups import spec as spec_model
 from tests.jobs import model
 from tests.kube_cluster import KubeCluster, api_request
 from tests.redis_server import RedisServer
@@ -122,7 +124,7 @@ async def running_controller(kubeconfig: Path, redis_url: str, ns: str, **kw: An
     async with aiohttp.ClientSession() as session:
         controller = Controller(
             settings,
-            kube=Kube(api, namespace=ns),
+            kube=Kube(api, namespace=settings.namespaces),
             store=JobStore(redis),
             gitea=GiteaClient(session),
             metrics=Metrics.create(CollectorRegistry()),
@@ -167,6 +169,51 @@ def test_valid_runnergroup_gets_defaults(kube: KubeCluster) -> None:
     assert body["spec"]["pendingTimeout"] == "10m"
     status, _ = api_request(kube, "POST", RG.format(ns=ns), group("x" * 64))
     assert status == 422
+
+
+def _pss_namespace(kube: KubeCluster, level: str) -> str:
+    ns = f"pss-{level}-{uuid.uuid4().hex[:6]}"
+    labels = {"pod-security.kubernetes.io/enforce": level, "pod-security.kubernetes.io/enforce-version": "latest"}
+    assert api_request(kube, "POST", "/api/v1/namespaces", {"metadata": {"name": ns, "labels": labels}})[0] == 201
+    # No controller-manager here to make the default ServiceAccount that Pod admission looks up.
+    account = {"metadata": {"name": "default"}}
+    assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/serviceaccounts", account)[0] == 201
+    return ns
+
+
+def _admitted(kube: KubeCluster, ns: str, job: dict[str, Any]) -> tuple[int, str]:
+    """Whether the API server admits the runner Job and the Pod the Job controller would make from it
+    (dry run: the Pod Security admission of the namespace is what decides)."""
+    job = json.loads(json.dumps(job).replace('"namespace": "ci"', f'"namespace": "{ns}"'))
+    job["metadata"].pop("ownerReferences")
+    status, body = api_request(kube, "POST", f"/apis/batch/v1/namespaces/{ns}/jobs?dryRun=All", job)
+    assert status == 201, body
+    pod = {"metadata": {"name": job["metadata"]["name"]}, "spec": job["spec"]["template"]["spec"]}
+    status, body = api_request(kube, "POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All", pod)
+    return status, str(body.get("message", ""))
+
+
+@pytest.mark.parametrize(
+    ("changes", "privileged"),
+    [
+        pytest.param({"image": "docker.io/gitea/act_runner:0.2.13"}, False, id="runner-alone"),
+        pytest.param({"image": "docker.io/gitea/act_runner:0.2.13", "containerMode": "dind"}, True, id="dind-sidecar"),
+        pytest.param({}, True, id="dind-rootless-image"),
+    ],
+)
+def test_runner_pods_are_admitted_under_the_pod_security_level_the_docs_name(
+    kube: KubeCluster, changes: dict[str, Any], privileged: bool
+) -> None:
+    """Docker itself cannot run on the test node (no image of it can be pulled): what is tested is that
+    the API server admits the runner Pod we render where the README says, and refuses it elsewhere."""
+    job = build_job(GroupRef("ci", "g", "uid"), spec_model(**changes), name="g-1-abcd", job_id=1)
+    status, message = _admitted(kube, _pss_namespace(kube, "privileged"), job)
+    assert status == 201, message
+    status, message = _admitted(kube, _pss_namespace(kube, "baseline"), job)
+    if privileged:
+        assert status == 403 and 'violates PodSecurity "baseline:latest"' in message and "privileged" in message
+    else:
+        assert status == 201, message
 
 
 # -- the controller ---------------------------------------------------------------------------------

@@ -144,3 +144,35 @@ def test_gitea_runner_operator_form_reads_as_ours() -> None:
     }
     user_repo = RunnerGroupSpec.model_validate(changed(operator_form(user="jo"), {"org": None}))
     assert user_repo.repo == "jo/widgets"
+
+
+def test_dind_mode_puts_a_privileged_docker_daemon_beside_an_unprivileged_runner() -> None:
+    s = spec(
+        image="docker.io/gitea/act_runner:0.2.13",
+        containerMode="dind",
+        podTemplate={
+            "spec": {
+                "volumes": [{"name": "dind-storage", "hostPath": {"path": "/var/lib/docker"}}, {"name": "cache"}],
+                "initContainers": [{"name": "dind", "image": "mine"}, {"name": "setup", "image": "busybox"}],
+                "containers": [{"name": "runner", "env": [{"name": "DOCKER_HOST", "value": "tcp://elsewhere:2375"}]}],
+            }
+        },
+    )
+    pod = build_job(REF, s, name="builders-1-ab12", job_id=1)["spec"]["template"]["spec"]
+    daemon, setup = pod["initContainers"]
+    runner = pod["containers"][0]
+    assert (daemon["name"], daemon["image"], daemon["restartPolicy"]) == (
+        "dind",
+        "docker.io/library/docker:28-dind",
+        "Always",
+    )
+    assert daemon["securityContext"] == {"privileged": True} and setup["name"] == "setup"
+    assert "securityContext" not in runner, "the runner itself stays unprivileged"
+    env = {e["name"]: e["value"] for e in runner["env"] if "value" in e}
+    assert env["DOCKER_HOST"] == "unix:///run/dind/docker.sock"
+    assert {"name": "dind-socket", "mountPath": "/run/dind"} in runner["volumeMounts"]
+    assert {"name": "dind-socket", "mountPath": "/run/dind"} in daemon["volumeMounts"]
+    assert sorted(v["name"] for v in pod["volumes"]) == ["cache", "dind-socket", "dind-storage"]
+    assert {"name": "dind-storage", "emptyDir": {}} in pod["volumes"], "never the node's own Docker storage"
+    plain = build_job(REF, spec(image="docker.io/gitea/act_runner:0.2.13"), name="b-2-x", job_id=2)
+    assert "initContainers" not in plain["spec"]["template"]["spec"]

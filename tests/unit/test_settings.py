@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from reconciler.settings import Settings as ReconcilerSettings
 from webhook_scaler.config import ConfigError, load
@@ -60,3 +61,12 @@ def test_bad_values_name_their_variable(env: dict[str, str], names: str) -> None
     with pytest.raises(ConfigError, match=names) as err:
         from_env({"GRS_WEBHOOK_SECRET": "s3cret-value", **env})
     assert "s3cret-value" not in str(err.value)
+
+
+def test_reconciler_serves_a_list_of_namespaces_or_all() -> None:
+    assert ReconcilerSettings(watch_namespace="ci-a,ci-b,ci-a").namespaces == ("ci-a", "ci-b")
+    assert ReconcilerSettings(watch_namespace="ci").namespaces == ("ci",)
+    assert ReconcilerSettings().namespaces == ()
+    for bad in ("CI", "ci a", "ci,,b", ","):
+        with pytest.raises(ValidationError):
+            ReconcilerSettings(watch_namespace=bad)

@@ -162,3 +162,28 @@ checksum/webhook-secret: {{ include "grs.liveChecksum" (dict "root" $ "name" . "
 {{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The namespaces whose RunnerGroups the reconciler serves (their runners run there), as a JSON list:
+runnerNamespaces, or the release namespace. */}}
+{{- define "grs.runnerNamespaces" -}}
+{{- .Values.runnerNamespaces | default (list .Release.Namespace) | uniq | toJson -}}
+{{- end }}
+
+{{/* The reconciler's rules over RunnerGroups, runner Jobs, their Pods and Events. */}}
+{{- define "grs.reconcilerRules" -}}
+- apiGroups: [gitea.bpg.pw]
+  resources: [runnergroups]
+  verbs: [get, list, watch]
+- apiGroups: [gitea.bpg.pw]
+  resources: [runnergroups/status]
+  verbs: [get, patch]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}
