@@ -72,7 +72,7 @@ async def serve(settings: Settings) -> None:
             timeout=settings.gitea_timeout,
             on_request=lambda endpoint, outcome: metrics.gitea_requests.labels(endpoint, outcome).inc(),
         )
-        kube = Kube(api, namespace=settings.namespaces)
+        kube = Kube(api, namespaces=settings.namespaces)
         controller = Controller(settings, kube=kube, store=store, gitea=gitea, metrics=metrics)
         runner = web.AppRunner(health_app(controller, registry), access_log=None)
         await runner.setup()

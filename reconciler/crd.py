@@ -63,7 +63,7 @@ class SecretKeySelector(_Spec):
         if data.get("optional"):
             raise ValueError(OPTIONAL_REF_MESSAGE)
         rest = {k: v for k, v in data.items() if k not in ("name", "key", "optional")}
-        return {"secretRef": {k: data[k] for k in ("name", "key") if k in data}, **rest}
+        return {"secretRef": {"name": data["name"], "key": data["key"]}, **rest}
 
 
 class GiteaSpec(_Spec):
@@ -280,7 +280,7 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _older_forms(spec: dict[str, Any]) -> None:
+def _admit_older_forms(spec: dict[str, Any]) -> None:
     """Let the API server admit gitea-runner-operator's fields, which the model reads (see RunnerGroupSpec)."""
     url = spec["properties"]["gitea"]["properties"]["url"]
     spec["properties"]["giteaURL"] = {
@@ -311,7 +311,7 @@ def spec_schema() -> dict[str, Any]:
     """The spec's structural openAPIV3Schema, made from RunnerGroupSpec."""
     raw = RunnerGroupSpec.model_json_schema(by_alias=True)
     node = _structural(raw, raw.get("$defs", {}))
-    _older_forms(node)
+    _admit_older_forms(node)
     node["x-kubernetes-validations"] = _CEL_RULES
     return node
 

@@ -319,9 +319,9 @@ async def api_client(kubeconfig: str | None) -> client.ApiClient:
 class Kube:
     """Typed operations over the API objects the reconciler owns or reads."""
 
-    def __init__(self, api: client.ApiClient, *, namespace: str | Sequence[str] | None) -> None:
+    def __init__(self, api: client.ApiClient, *, namespaces: Sequence[str] = ()) -> None:
         self.api = api
-        self.namespaces: tuple[str, ...] = (namespace,) if isinstance(namespace, str) else tuple(namespace or ())
+        self.namespaces = tuple(namespaces)  # those the informers watch; () for all
         self.custom = client.CustomObjectsApi(api)
         self.batch = client.BatchV1Api(api)
         self.core = client.CoreV1Api(api)

@@ -28,7 +28,7 @@ from reconciler.manifests import build_job, job_name
 from reconciler.metrics import Metrics
 from reconciler.plan import Counts, Create, GroupView, Phase, Plan, Runner, assign, classify, plan
 from reconciler.settings import Settings
-from reconciler.status import Condition, desired_status
+from reconciler.status import Condition, desired_status, timestamp
 from reconciler.tasks import run_together
 from webhook_scaler.queue import ALL, Activity, JobStore, JobUpdate, QueuedJob, Scope
 
@@ -514,7 +514,7 @@ class Controller:
             condition = Condition("GiteaReachable", "False", "PollFailed", str(exc))
             failure = exc.retry_after
             log.warning("poll failed", extra={"scope": repr(scope), "error": str(exc), "status": exc.status})
-        checked = self._now().isoformat(timespec="seconds").replace("+00:00", "Z")
+        checked = timestamp(self._now())
         for group in groups:
             state = self.state.setdefault((group.namespace, group.name), GroupState())
             state.gitea = condition

@@ -38,7 +38,7 @@ async def ensure(namespace: str, wanted: list[tuple[str, str]], *, kubeconfig: s
     """Give each (secret, key) a value unless it has one; retry transient errors a few times."""
     api = await api_client(kubeconfig)
     try:
-        kube = Kube(api, namespace=namespace)
+        kube = Kube(api)
         for name, key in wanted:
             for attempt in range(1, ATTEMPTS + 1):
                 try:

@@ -43,16 +43,20 @@ def _conditions(previous: Mapping[str, Any], wanted: Sequence[Condition], *, now
     return out
 
 
+def timestamp(moment: datetime) -> str:
+    """A status time: UTC, to the second, with a Z."""
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 def _health(backoff: Backoff | None, failed: Sequence[Runner]) -> Condition:
     if backoff is None:
         message = "no runner failed since the last one that took a job" if failed else "no failed runner Jobs"
         return Condition("RunnersHealthy", "True", "NoFailures", message)
     last = backoff.last
-    retry = datetime.fromtimestamp(backoff.retry_at_ms / 1000, UTC).isoformat(timespec="seconds")
+    retry = timestamp(datetime.fromtimestamp(backoff.retry_at_ms / 1000, UTC))
     reason = "RegistrationFailed" if "regist" in last.reason.lower() else "RunnerFailed"
     message = (
-        f"{backoff.failures} runner(s) failed in a row; no new runner before {retry.replace('+00:00', 'Z')}. "
-        f"Last: {last.name}: {last.reason}"
+        f"{backoff.failures} runner(s) failed in a row; no new runner before {retry}. Last: {last.name}: {last.reason}"
     )
     return Condition("RunnersHealthy", "False", reason, message)
 
@@ -71,7 +75,7 @@ def desired_status(
     backoff: Backoff | None = None,
 ) -> dict[str, Any]:
     """The whole status object for this pass."""
-    stamp = now.isoformat(timespec="seconds").replace("+00:00", "Z")
+    stamp = timestamp(now)
     if invalid or spec is None:
         ready = Condition("Ready", "False", "InvalidSpec", invalid or "invalid spec")
     elif spec.suspend:

@@ -462,10 +462,6 @@ class JobStore:
         members = cast("list[bytes]", await self.redis.zrangebyscore(f"{self._p}:created:{group}", since_ms, "+inf"))
         return {_text(m) for m in members}
 
-    async def busy(self, runners: Sequence[str]) -> set[str]:
-        """Which of these runner names Gitea reported as running a job (from `in_progress` events)."""
-        return (await self.activity(runners)).busy
-
     async def activity(self, runners: Sequence[str], *, jobs: Sequence[int] = ()) -> Activity:
         """What Gitea reported about these runners (which run a job, when the job of others ended) and
         which of these `jobs` are still queued, read in one transaction.

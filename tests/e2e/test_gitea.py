@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import Gitea, Service, our_services
+from tests.e2e.node_stack import wait_for
 from tests.fake_gitea import SwaggerValidator
 from tests.groups import spec_dict
 from tests.kube_cluster import KubeCluster, api_request
@@ -84,16 +85,6 @@ def workflow(*independent: str, dependent: str | None = None) -> str:
 
 def runner_jobs(kube: KubeCluster) -> list[dict[str, Any]]:
     return list(api_request(kube, "GET", f"/apis/batch/v1/namespaces/{NS}/jobs")[1]["items"])
-
-
-def wait_for(check: Any, *, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout}s")
 
 
 @pytest.fixture(scope="module")

@@ -174,15 +174,15 @@ async def test_nothing_lives_forever(redis: Redis) -> None:
 async def test_busy_runners_follow_in_progress_and_completed(redis: Redis) -> None:
     store = JobStore(redis)
     await store.record(upd("queued"), now_ms=1)
-    assert await store.busy(["widgets-runner-7f9c2", "other"]) == set()
+    assert (await store.activity(["widgets-runner-7f9c2", "other"])).busy == set()
     in_progress = upd("in_progress")
     assert in_progress.runner_name
     await store.record(in_progress, now_ms=2)
-    assert await store.busy([in_progress.runner_name, "other"]) == {in_progress.runner_name}
+    assert (await store.activity([in_progress.runner_name, "other"])).busy == {in_progress.runner_name}
     done = upd("completed")
     assert done.runner_name is None  # an ephemeral runner's completed event has no runner_name
     await store.record(done, now_ms=3)
-    assert await store.busy([in_progress.runner_name]) == set()
+    assert (await store.activity([in_progress.runner_name])).busy == set()
     assert (await store.state(101))["runner"] == in_progress.runner_name
     # ...and when the job it took ended, so that a runner outliving its job can be told apart
     activity = await store.activity([in_progress.runner_name, "other"])

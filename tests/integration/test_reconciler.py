@@ -124,7 +124,7 @@ async def running_controller(kubeconfig: Path, redis_url: str, ns: str, **kw: An
     async with aiohttp.ClientSession() as session:
         controller = Controller(
             settings,
-            kube=Kube(api, namespace=settings.namespaces),
+            kube=Kube(api, namespaces=settings.namespaces),
             store=JobStore(redis),
             gitea=GiteaClient(session),
             metrics=Metrics.create(CollectorRegistry()),
@@ -365,7 +365,7 @@ async def test_stuck_pending_runner_is_reaped_and_retried(
 async def test_watch_relists_after_410_gone(kube: KubeCluster) -> None:
     ns = namespace(kube)
     api = await api_client(str(kube.kubeconfig))
-    k = Kube(api, namespace=ns)
+    k = Kube(api, namespaces=(ns,))
     calls = 0
 
     async def expired_first(**kw: Any) -> Any:
