@@ -23,7 +23,14 @@ from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from reconciler.crd import GROUP, PLURAL, VERSION
-from reconciler.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, RUNNER_CONTAINER, SELECTOR, GroupRef
+from reconciler.manifests import (
+    GROUP_LABEL,
+    JOB_ID_ANNOTATION,
+    REGISTER_CONTAINER,
+    RUNNER_CONTAINER,
+    SELECTOR,
+    GroupRef,
+)
 from reconciler.tasks import run_together
 
 log = logging.getLogger(__name__)
@@ -113,7 +120,7 @@ class PodObject:
     phase: str
     created_ms: int
     running_since_ms: int | None
-    failure: str = ""  # for a failed Pod: the runner's exit code and termination message
+    failure: str = ""  # for a failed Pod: the register or runner container's exit code and termination message
 
 
 def group_from(raw: Mapping[str, Any]) -> GroupObject:
@@ -164,6 +171,10 @@ def pod_from(raw: Mapping[str, Any]) -> PodObject:
             running = _ms(started)
         ended = state.get("terminated") or {}
         if cs.get("name") == RUNNER_CONTAINER and ended.get("exitCode"):
+            failure = _failure(ended)
+    for cs in status.get("initContainerStatuses") or []:  # registration failed: the runner never started
+        ended = (cs.get("state") or {}).get("terminated") or {}
+        if cs.get("name") == REGISTER_CONTAINER and ended.get("exitCode"):
             failure = _failure(ended)
     return PodObject(
         namespace=meta["namespace"],

@@ -2,8 +2,15 @@
 
 Owns: the Job's name (a valid DNS-1123 label of at most 63 characters), its labels, annotations and
 controller ownerReference, and the pod invariants the controller enforces over the user's
-`podTemplate`: the runner container's image and env (the registration token only through
-`secretKeyRef`), `restartPolicy`, and no service-account token. Must not do I/O.
+`podTemplate`: the runner container's image and env, `restartPolicy`, and no service-account token.
+
+The registration token never reaches the runner container. An init container (`register`, the runner
+image) takes it through `secretKeyRef`, runs `act_runner register --ephemeral` once, and leaves the
+runner's `.runner` file on an emptyDir mounted at /data in both containers. The runner container then
+starts the image's own entrypoint, which finds `.runner` and runs only the daemon: no token in its
+environment, its files or its processes, so a job step (which runs in that container in host mode)
+cannot read it. A registration that fails or hangs ends the init container, so the Pod and its Job
+fail, and the controller's per-group backoff decides when to try again. Must not do I/O.
 """
 
 from __future__ import annotations
@@ -22,13 +29,17 @@ MANAGED_BY = "gitea-runner-scaler"
 JOB_ID_ANNOTATION = "gitea.bpg.pw/job-id"
 QUEUED_AT_ANNOTATION = "gitea.bpg.pw/queued-at-ms"
 RUNNER_CONTAINER = "runner"
+REGISTER_CONTAINER = "register"
+STATE_VOLUME = "runner-state"
+STATE_DIR = "/data"  # the upstream images' working directory, where their entrypoint looks for .runner
+REGISTER_TIMEOUT = 60  # seconds one registration may take (act_runner retries an unreachable Gitea forever)
 # An ephemeral runner is never restarted in place: a second start would register a second runner.
 # A runner that fails fails its Job at once, and the controller decides when to try again (with a
 # per-group backoff), so a bad token cannot churn Pods.
 BACKOFF_LIMIT = 0
 SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 
-# Env the controller owns; the same names in the podTemplate are replaced.
+# Env the controller owns; the same names in the podTemplate are dropped (the token ones everywhere).
 _OWNED_ENV = (
     "GITEA_INSTANCE_URL",
     "GITEA_RUNNER_REGISTRATION_TOKEN",
@@ -44,6 +55,37 @@ DIND_SOCKET_DIR = "/run/dind"
 DOCKER_HOST = f"unix://{DIND_SOCKET_DIR}/docker.sock"
 _DIND_VOLUMES = ("dind-socket", "dind-storage")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# POSIX sh, run by the register init container in the runner image (upstream's images have sh and
+# timeout). It registers once, prints why it failed as its last line (the Pod's termination message,
+# which the group's status reports), and never prints the token.
+REGISTER_SCRIPT = r"""set -u
+cd "$GRS_STATE_DIR" || exit 1
+state="${RUNNER_STATE_FILE:-.runner}"
+rm -f "$state"
+set -- register --no-interactive --ephemeral --instance "$GITEA_INSTANCE_URL" --name "$GITEA_RUNNER_NAME"
+[ -z "$GITEA_RUNNER_LABELS" ] || set -- "$@" --labels "$GITEA_RUNNER_LABELS"
+[ -z "${CONFIG_FILE:-}" ] || set -- "$@" --config "$CONFIG_FILE"
+echo "registering $GITEA_RUNNER_NAME with $GITEA_INSTANCE_URL"
+rc=0
+log=/tmp/register.log
+timeout "$GRS_REGISTER_TIMEOUT" act_runner "$@" --token "$GITEA_RUNNER_REGISTRATION_TOKEN" >"$log" 2>&1 || rc=$?
+unset GITEA_RUNNER_REGISTRATION_TOKEN
+cat "$log"
+if [ "$rc" -eq 0 ] && [ -s "$state" ]; then
+  echo "registered $GITEA_RUNNER_NAME"
+  exit 0
+fi
+rm -f "$state"
+refused='cannot register new runner.*(token|invalid_argument|unauthenticated|permission_denied)'
+if grep -qiE "$refused" "$log"; then
+  echo "registration failed: Gitea refused the registration token"
+elif [ "$rc" -eq 124 ] || [ "$rc" -eq 143 ]; then
+  echo "registration failed: no answer from $GITEA_INSTANCE_URL within ${GRS_REGISTER_TIMEOUT}s"
+else
+  echo "registration failed: act_runner register exited with $rc and wrote no $state"
+fi
+exit 1
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,18 +123,52 @@ def _runner_container(template_spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def runner_env(spec: RunnerGroupSpec, *, name: str) -> list[dict[str, Any]]:
-    """The env the controller sets on the runner container."""
-    token = spec.registration_token.secret_ref
+    """The env the controller sets on the runner container: everything but the token."""
     return [
         {"name": "GITEA_INSTANCE_URL", "value": spec.gitea.url},
-        {
-            "name": "GITEA_RUNNER_REGISTRATION_TOKEN",
-            "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}},
-        },
         {"name": "GITEA_RUNNER_EPHEMERAL", "value": "true"},
         {"name": "GITEA_RUNNER_NAME", "value": name},
         {"name": "GITEA_RUNNER_LABELS", "value": ",".join(effective_labels(spec.labels, spec.default_labels))},
     ]
+
+
+def _register_container(spec: RunnerGroupSpec, runner: dict[str, Any], *, name: str) -> dict[str, Any]:
+    """The init container that registers the runner: the runner's image, its `CONFIG_FILE` and
+    security context, and the only place the registration token is."""
+    token = spec.registration_token.secret_ref
+    config = [e for e in runner.get("env") or [] if e.get("name") in ("CONFIG_FILE", "RUNNER_STATE_FILE")]
+    container: dict[str, Any] = {
+        "name": REGISTER_CONTAINER,
+        "image": spec.image,
+        "command": ["/bin/sh", "-c", REGISTER_SCRIPT],
+        "env": [
+            *runner_env(spec, name=name),
+            {
+                "name": "GITEA_RUNNER_REGISTRATION_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}},
+            },
+            {"name": "GRS_STATE_DIR", "value": STATE_DIR},
+            {"name": "GRS_REGISTER_TIMEOUT", "value": str(REGISTER_TIMEOUT)},
+            *config,
+        ],
+        "volumeMounts": [{"name": STATE_VOLUME, "mountPath": STATE_DIR}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    for key in ("imagePullPolicy", "securityContext", "resources"):
+        if key in runner:
+            container[key] = copy.deepcopy(runner[key])
+    return container
+
+
+def _add_state_volume(pod: dict[str, Any], runner: dict[str, Any]) -> None:
+    """The emptyDir that carries `.runner` from the register container to the runner (replacing
+    whatever the podTemplate put under its name or at /data)."""
+    pod["volumes"] = [v for v in pod.get("volumes") or [] if v.get("name") != STATE_VOLUME] + [
+        {"name": STATE_VOLUME, "emptyDir": {}}
+    ]
+    mounts = [m for m in runner.get("volumeMounts") or [] if m.get("name") != STATE_VOLUME]
+    mounts = [m for m in mounts if m.get("mountPath", "").rstrip("/") != STATE_DIR]
+    runner["volumeMounts"] = [*mounts, {"name": STATE_VOLUME, "mountPath": STATE_DIR}]
 
 
 def _add_dind_sidecar(pod: dict[str, Any], runner: dict[str, Any], *, image: str) -> None:
@@ -146,6 +222,10 @@ def build_job(
     container["image"] = spec.image
     user_env = [e for e in container.get("env") or [] if e.get("name") not in _OWNED_ENV]
     container["env"] = runner_env(spec, name=name) + user_env
+    register = _register_container(spec, container, name=name)
+    _add_state_volume(pod, container)
+    # Nothing else in the Pod may see the register container's processes (and its token argument).
+    pod["shareProcessNamespace"] = False
     # A runner that fails says why in its last log lines; they become the Pod's termination message,
     # which the controller reports in the group's status (act_runner never logs the token).
     container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
@@ -153,6 +233,10 @@ def build_job(
         container["securityContext"] = {"privileged": True}
     if spec.container_mode == "dind":
         _add_dind_sidecar(pod, container, image=spec.dind_image)
+    # Registered last, after the podTemplate's own init containers: a Pod that fails before it
+    # registers leaves no runner row in Gitea.
+    inits = [c for c in pod.get("initContainers") or [] if c.get("name") != REGISTER_CONTAINER]
+    pod["initContainers"] = [*inits, register]
 
     annotations: dict[str, str] = {}
     if job_id is not None:

@@ -185,10 +185,13 @@ def test_webhooks_from_a_real_gitea_start_one_runner_per_queued_job(stack: Stack
     assert {(i, "queued") for i in ids} <= applied
     assert (waiting[0]["id"], "waiting") in applied
     for job in created:
-        env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+        pod = job["spec"]["template"]["spec"]
+        env = {e["name"]: e for e in pod["containers"][0]["env"]}
         assert env["GITEA_INSTANCE_URL"]["value"] == gitea.url
         assert env["GITEA_RUNNER_LABELS"]["value"] == f"{LABEL}:host"
-        assert "valueFrom" in env["GITEA_RUNNER_REGISTRATION_TOKEN"]
+        assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env
+        register = {e["name"]: e for e in pod["initContainers"][-1]["env"]}
+        assert "valueFrom" in register["GITEA_RUNNER_REGISTRATION_TOKEN"]
     mean, count = stack.time_to_runner()
     assert count == 3
     received = min(

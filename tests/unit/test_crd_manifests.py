@@ -89,12 +89,23 @@ def test_job_manifest_invariants() -> None:
     assert runner["securityContext"] == {"privileged": True}  # the default image is dind
     assert runner["terminationMessagePolicy"] == "FallbackToLogsOnError"  # why it failed reaches the status
     env = {e["name"]: e for e in runner["env"]}
-    assert env["GITEA_RUNNER_REGISTRATION_TOKEN"] == {
+    assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env, "the runner container never holds the token"
+    assert "literal-token-must-go" not in json.dumps(job)
+    assert env["EXTRA"]["value"] == "kept"
+    # The token is only in the register init container, by reference, and the state file goes over.
+    (register,) = pod["initContainers"]
+    assert register["name"] == "register" and register["image"] == s.image
+    assert register["resources"] == {"limits": {"cpu": "2"}} and "securityContext" not in register
+    reg_env = {e["name"]: e for e in register["env"]}
+    assert reg_env["GITEA_RUNNER_REGISTRATION_TOKEN"] == {
         "name": "GITEA_RUNNER_REGISTRATION_TOKEN",
         "valueFrom": {"secretKeyRef": {"name": "gitea", "key": "reg"}},
     }
-    assert "literal-token-must-go" not in json.dumps(job)
-    assert env["EXTRA"]["value"] == "kept"
+    assert reg_env["GITEA_RUNNER_NAME"]["value"] == "builders-7-ab12"
+    state = {"name": "runner-state", "mountPath": "/data"}
+    assert state in register["volumeMounts"] and state in runner["volumeMounts"]
+    assert {"name": "runner-state", "emptyDir": {}} in pod["volumes"]
+    assert pod["shareProcessNamespace"] is False
     assert env["GITEA_RUNNER_NAME"]["value"] == "builders-7-ab12"
     assert env["GITEA_RUNNER_LABELS"]["value"].startswith("k8s,ubuntu-latest:docker://")
     meta = job["metadata"]
@@ -159,7 +170,8 @@ def test_dind_mode_puts_a_privileged_docker_daemon_beside_an_unprivileged_runner
         },
     )
     pod = build_job(REF, s, name="builders-1-ab12", job_id=1)["spec"]["template"]["spec"]
-    daemon, setup = pod["initContainers"]
+    daemon, setup, register = pod["initContainers"]
+    assert register["name"] == "register", "registered last: a Pod that fails before leaves no Gitea row"
     runner = pod["containers"][0]
     assert (daemon["name"], daemon["image"], daemon["restartPolicy"]) == (
         "dind",
@@ -172,7 +184,7 @@ def test_dind_mode_puts_a_privileged_docker_daemon_beside_an_unprivileged_runner
     assert env["DOCKER_HOST"] == "unix:///run/dind/docker.sock"
     assert {"name": "dind-socket", "mountPath": "/run/dind"} in runner["volumeMounts"]
     assert {"name": "dind-socket", "mountPath": "/run/dind"} in daemon["volumeMounts"]
-    assert sorted(v["name"] for v in pod["volumes"]) == ["cache", "dind-socket", "dind-storage"]
+    assert sorted(v["name"] for v in pod["volumes"]) == ["cache", "dind-socket", "dind-storage", "runner-state"]
     assert {"name": "dind-storage", "emptyDir": {}} in pod["volumes"], "never the node's own Docker storage"
     plain = build_job(REF, spec(image="docker.io/gitea/act_runner:0.2.13"), name="b-2-x", job_id=2)
-    assert "initContainers" not in plain["spec"]["template"]["spec"]
+    assert [c["name"] for c in plain["spec"]["template"]["spec"]["initContainers"]] == ["register"]

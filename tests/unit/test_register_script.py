@@ -1,0 +1,74 @@
+"""The register init container's script, run by a real /bin/sh against a stand-in `act_runner`.
+
+The stand-in does what act_runner's `register` does in each case (writes `.runner`, or logs Gitea's
+refusal, or waits forever on an unreachable Gitea), so the script's exit codes and last lines (the
+Pod's termination message, shown in the group's status) are checked for real.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from reconciler.manifests import REGISTER_SCRIPT
+
+TOKEN = "registration-token-0123456789abcdef0123"
+FAKES = {
+    "ok": 'for a; do [ "$prev" = --name ] && name=$a; prev=$a; done\n'
+    'echo "INFO Runner registered successfully."\nprintf \'{"name":"%s"}\' "$name" > .runner\n',
+    "refused": "echo 'Error: poller: cannot register new runner: invalid_argument: "
+    "runner registration token not found'\nexit 1\n",
+    "hangs": "echo 'Cannot ping the Gitea instance server'\nexec sleep 60\n",
+    "silent": "exit 0\n",
+}
+
+
+def run(tmp_path: Path, behaviour: str, *, timeout: int = 30) -> tuple[subprocess.CompletedProcess[str], Path]:
+    bin_dir, state = tmp_path / "bin", tmp_path / "data"
+    bin_dir.mkdir()
+    state.mkdir()
+    fake = bin_dir / "act_runner"
+    fake.write_text("#!/bin/sh\nprev=\n" + FAKES[behaviour])
+    fake.chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "GRS_STATE_DIR": str(state),
+        "GRS_REGISTER_TIMEOUT": str(timeout),
+        "GITEA_INSTANCE_URL": "http://gitea.invalid:3000",
+        "GITEA_RUNNER_NAME": "builders-7-ab12",
+        "GITEA_RUNNER_LABELS": "k8s",
+        "GITEA_RUNNER_REGISTRATION_TOKEN": TOKEN,
+    }
+    done = subprocess.run(["/bin/sh", "-c", REGISTER_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    return done, state
+
+
+def last_line(done: subprocess.CompletedProcess[str]) -> str:
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_a_registration_leaves_the_state_file_and_exits_0(tmp_path: Path) -> None:
+    done, state = run(tmp_path, "ok")
+    assert done.returncode == 0, done
+    assert (state / ".runner").read_text() == '{"name":"builders-7-ab12"}'
+    assert last_line(done) == "registered builders-7-ab12"
+    assert TOKEN not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "said"),
+    [
+        ("refused", "registration failed: Gitea refused the registration token"),
+        ("hangs", "registration failed: no answer from http://gitea.invalid:3000 within 1s"),
+        ("silent", "registration failed: act_runner register exited with 0 and wrote no .runner"),
+    ],
+)
+def test_a_failed_registration_exits_1_and_says_why_last(tmp_path: Path, behaviour: str, said: str) -> None:
+    done, state = run(tmp_path, behaviour, timeout=1)
+    assert done.returncode == 1, done
+    assert last_line(done) == said
+    assert not (state / ".runner").exists()
+    assert TOKEN not in done.stdout + done.stderr
