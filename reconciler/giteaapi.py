@@ -1,9 +1,11 @@
-"""The Gitea REST client of the polling fallback (Gitea >= 1.25 for `/actions/jobs`).
+"""The Gitea REST client: the polling fallback (Gitea >= 1.25 for `/actions/jobs`) and runner rows
+(`/actions/runners`, 1.24+).
 
 Owns: the endpoints per scope (seed §6), pagination (`page=1..` with `limit=50`: Gitea 1.25 returns
 every row when `page` is omitted), status filters (`queued` and `in_progress` only; `waiting` and
-`pending` mean blocked and are never demand), and the transient/permanent error split with
-Retry-After on 429. Must not touch Redis or Kubernetes, and never logs or raises the token.
+`pending` mean blocked and are never demand), listing and deleting runners, and the
+transient/permanent error split with Retry-After on 429. Must not touch Redis or Kubernetes, and
+never logs or raises the token.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from urllib.parse import quote
 import aiohttp
 from pydantic import ValidationError
 
-from webhook_scaler.gitea import RepositoryRef, WorkflowJob, WorkflowJobsResponse
+from webhook_scaler.gitea import ActionRunner, ActionRunnersResponse, RepositoryRef, WorkflowJob, WorkflowJobsResponse
 
 log = logging.getLogger(__name__)
 PAGE_SIZE = 50
@@ -70,31 +72,48 @@ class GiteaClient:
         self._on_request = on_request or (lambda endpoint, outcome: None)
 
     async def _get(self, scope: PollScope, path: str, params: list[tuple[str, str]], endpoint: str) -> Any:
+        return await self._call("GET", scope, path, params, endpoint, ok=(200,))
+
+    async def _call(
+        self,
+        method: str,
+        scope: PollScope,
+        path: str,
+        params: list[tuple[str, str]],
+        endpoint: str,
+        *,
+        ok: tuple[int, ...],
+    ) -> Any:
         url = scope.url.rstrip("/") + "/api/v1" + path
         headers = {"Authorization": f"token {scope.token}", "Accept": "application/json"}
         try:
-            async with self.session.get(url, params=params, headers=headers, timeout=self.timeout) as resp:
-                if resp.status == 200:
+            async with self.session.request(method, url, params=params, headers=headers, timeout=self.timeout) as resp:
+                if resp.status in ok:
                     self._on_request(endpoint, "ok")
-                    return await resp.json(content_type=None)
+                    return await resp.json(content_type=None) if resp.status == 200 else None
                 self._on_request(endpoint, str(resp.status))
                 retry_after = _retry_after(resp.headers.get("Retry-After"))
                 transient = resp.status == 429 or resp.status >= 500
                 raise GiteaError(
-                    f"GET {path}: HTTP {resp.status}", transient=transient, status=resp.status, retry_after=retry_after
+                    f"{method} {path}: HTTP {resp.status}",
+                    transient=transient,
+                    status=resp.status,
+                    retry_after=retry_after,
                 )
         except (TimeoutError, aiohttp.ClientError) as exc:
             self._on_request(endpoint, "error")
-            raise GiteaError(f"GET {path}: {type(exc).__name__}", transient=True) from None
+            raise GiteaError(f"{method} {path}: {type(exc).__name__}", transient=True) from None
 
-    async def _pages(self, scope: PollScope, path: str, params: list[tuple[str, str]], endpoint: str) -> list[Any]:
-        """Every page of a list endpoint; each page is the decoded body."""
+    async def _pages(
+        self, scope: PollScope, path: str, params: list[tuple[str, str]], endpoint: str, *, key: str = "jobs"
+    ) -> list[Any]:
+        """Every page of a list endpoint; each page is the decoded body (rows under `key`, or a list)."""
         bodies: list[Any] = []
         seen = 0
         for page in range(1, MAX_PAGES + 1):
             body = await self._get(scope, path, [*params, ("page", str(page)), ("limit", str(PAGE_SIZE))], endpoint)
             bodies.append(body)
-            count = len(body.get("jobs") or []) if isinstance(body, dict) else len(body or [])
+            count = len(body.get(key) or []) if isinstance(body, dict) else len(body or [])
             seen += count
             total = body.get("total_count") if isinstance(body, dict) else None
             if count < PAGE_SIZE or (total is not None and seen >= int(total)):
@@ -138,6 +157,31 @@ class GiteaClient:
                     continue
                 out.append(PolledJob(job=job, repo=full))
         return out
+
+    def _runners_path(self, scope: PollScope) -> str:
+        if scope.kind == "repo":
+            owner, name = scope.target.split("/", 1)
+            return f"/repos/{quote(owner)}/{quote(name)}/actions/runners"
+        if scope.kind == "org":
+            return f"/orgs/{quote(scope.target)}/actions/runners"
+        return "/user/actions/runners" if scope.kind == "user" else "/admin/actions/runners"
+
+    async def runners(self, scope: PollScope) -> list[ActionRunner]:
+        """The runners registered in the scope itself (a repo's list leaves out its owner's runners);
+        a user scope lists the token owner's runners."""
+        bodies = await self._pages(scope, self._runners_path(scope), [], f"{scope.kind}_runners", key="runners")
+        out: list[ActionRunner] = []
+        for body in bodies:
+            try:
+                out.extend(ActionRunnersResponse.model_validate(body).runners)
+            except ValidationError as exc:
+                raise GiteaError("runners list does not fit the model", transient=False) from exc
+        return out
+
+    async def delete_runner(self, scope: PollScope, runner_id: int) -> None:
+        """Remove a runner's row; one that is gone already (404) counts as removed."""
+        path = f"{self._runners_path(scope)}/{runner_id}"
+        await self._call("DELETE", scope, path, [], f"{scope.kind}_runner_delete", ok=(204, 404))
 
     async def user_repos(self, scope: PollScope) -> list[str]:
         """`owner/name` of every repository the user owns."""

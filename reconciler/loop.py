@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from reconciler.crd import RunnerGroupSpec
+from reconciler.gitea_runners import RunnerRows, scope_of
 from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
 from reconciler.kube import GroupObject, JobObject, Kube, PermanentError, PodObject, TransientError
 from reconciler.labels import effective_labels, names
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 CREATED_WINDOW_MS = 120_000
 CREATE_CONCURRENCY = 8  # runner Job creates in flight at once, per group
 STATUS_INTERVAL = 1.0  # seconds between status writes that only change counts
+FAILED_MARK_MS = 24 * 3600 * 1000  # a failed runner is reported once; its Job is gone long before
 
 
 @dataclass
@@ -81,7 +83,9 @@ class Controller:
         self._specs: dict[str, tuple[int, RunnerGroupSpec | None, str]] = {}
         self._jobs_by_group: dict[tuple[str, str], list[JobObject]] = {}
         self._pods_by_job: dict[tuple[str, str], list[PodObject]] = {}
+        self._group_of_runner: dict[str, str] = {}  # runner Job name -> "namespace/group"
         self._background: set[asyncio.Task[None]] = set()
+        self.rows = RunnerRows(gitea, kube, metrics)
 
     def now_ms(self) -> int:
         """The clock, in milliseconds."""
@@ -99,6 +103,8 @@ class Controller:
         workers.append(asyncio.create_task(self._resync(), name="resync"))
         if self.settings.poll_enabled:
             workers.append(asyncio.create_task(self._poll_forever(), name="poll"))
+        if self.settings.ghost_sweep_interval:
+            workers.append(asyncio.create_task(self._sweep_forever(), name="ghost-sweep"))
         workers.append(asyncio.create_task(self._reconcile_forever(), name="reconcile"))
         await run_together(workers, what="controller", also=self._passes_and_background)
 
@@ -162,6 +168,7 @@ class Controller:
         jobs: dict[tuple[str, str], list[JobObject]] = {}
         for job in self.jobs.items.values():
             jobs.setdefault((job.namespace, job.group), []).append(job)
+            self._group_of_runner[job.name] = f"{job.namespace}/{job.group}"
         pods: dict[tuple[str, str], list[PodObject]] = {}
         for pod in self.pods.items.values():
             pods.setdefault((pod.namespace, pod.job_name), []).append(pod)
@@ -185,13 +192,35 @@ class Controller:
             key = (group.namespace, group.name)
             keys.add(key)
             self._start(group, spec, problem, assignment.get(key, []))
+        await self._observe()
         for key in set(self.state) - keys:
+            self.metrics.forget(f"{key[0]}/{key[1]}")
             state = self.state.pop(key)
             if state.task is not None and not state.task.done():  # its group is gone; run() still awaits it
                 state.task.cancel()
                 self._background.add(state.task)
                 state.task.add_done_callback(self._background.discard)
         self.metrics.pass_seconds.observe(time.perf_counter() - started)
+
+    async def _observe(self) -> None:
+        """Turn the facts the receivers recorded (a runner took a job, a job completed) into the metrics
+        of the runner's group. Each fact is taken by one replica only, so sums across replicas count
+        each job once; facts about runners that are not ours are dropped."""
+        try:
+            facts = await self.store.observations()
+        except Exception as exc:  # the metrics wait for Redis; the pass does not
+            log.warning("observations unavailable", extra={"error": repr(exc)})
+            return
+        for fact in facts:
+            group = self._group_of_runner.get(fact.runner)
+            if group is None:
+                continue
+            if fact.kind == "picked":
+                self.metrics.queue_wait.labels(group=group).observe(fact.seconds)
+                continue
+            self.metrics.jobs_completed.labels(group=group, conclusion=fact.conclusion or "unknown").inc()
+            if fact.seconds >= 0:
+                self.metrics.run_seconds.labels(group=group).observe(fact.seconds)
 
     def _start(self, group: GroupObject, spec: RunnerGroupSpec | None, problem: str, queued: list[QueuedJob]) -> None:
         state = self.state.setdefault((group.namespace, group.name), GroupState())
@@ -307,7 +336,7 @@ class Controller:
                 finished=job.finished,
                 reason=next((p.failure for p in pods.get(job.name, []) if p.failure), job.reason),
                 pod_phases=[(p.phase, p.running_since_ms) for p in pods.get(job.name, [])],
-                busy=job.name in activity.busy,
+                busy=job.name in activity.busy or self.rows.busy(job.namespace, job.name),
                 finished_ms=job.finished_ms,
                 done_ms=activity.done_ms.get(job.name),
             )
@@ -347,11 +376,15 @@ class Controller:
         if due:
             asyncio.get_running_loop().call_later(max(0, min(due) - now_ms) / 1000 + 0.05, self.wake.set)
         label = f"{group.namespace}/{group.name}"
-        await self._apply_deletes(group, decided, label)
+        await self._apply_deletes(group, spec, decided, label)
         created = await self._apply_creates(group, spec, decided.create, label)
-        await self._report_failures(group, decided, state)
+        await self._report_failures(group, decided, state, label)
         self.metrics.queued_jobs.labels(group=label).set(decided.counts.queued)
         self.metrics.active_runners.labels(group=label).set(decided.counts.active - len(decided.create) + created)
+        self.metrics.desired_runners.labels(group=label).set(decided.counts.active)
+        self.metrics.max_runners.labels(group=label).set(spec.max_active_runners)
+        for phase in Phase:
+            self.metrics.runners.labels(group=label, state=phase.value).set(sum(r.phase is phase for r in runners))
         status = desired_status(
             generation=group.generation,
             previous=group.status,
@@ -381,14 +414,15 @@ class Controller:
         await self.kube.patch_status(group.ref, status)
         state.status_written = time.monotonic()
 
-    async def _apply_deletes(self, group: GroupObject, decided: Plan, label: str) -> None:
-        for d in decided.delete:
+    async def _apply_deletes(self, group: GroupObject, spec: RunnerGroupSpec, decided: Plan, label: str) -> None:
+        allowed = await self.rows.vet(group, spec, decided.delete)
+        for d in allowed:
             await self.kube.delete_job(group.namespace, d.name)
             if d.job_id is not None:
                 await self.store.release(d.job_id, holder=d.name)
             self.metrics.runners_deleted.labels(group=label, reason=d.reason).inc()
             log.info("runner deleted", extra={"group": group.name, "job": d.name, "reason": d.reason})
-        reaped = [d.name for d in decided.delete if d.reason == "pending_timeout"]
+        reaped = [d.name for d in allowed if d.reason == "pending_timeout"]
         if reaped:
             message = f"Deleted runner Jobs Pending longer than the pendingTimeout: {', '.join(reaped)}"
             await self.kube.event(group.ref, kind="Warning", reason="RunnerReaped", message=message)
@@ -440,12 +474,18 @@ class Controller:
         log.info("runner created", extra={"group": group.name, "job": name, "gitea_job_id": c.job_id})
         return True
 
-    async def _report_failures(self, group: GroupObject, decided: Plan, state: GroupState) -> None:
+    async def _report_failures(self, group: GroupObject, decided: Plan, state: GroupState, label: str) -> None:
         names_now = {r.name for r in decided.failed}
         for r in decided.failed:
-            if r.name not in state.reported_failures:
-                message = f"Runner Job {r.name} failed ({r.reason}); its slot is free again"
-                await self.kube.event(group.ref, kind="Warning", reason="RunnerFailed", message=message)
+            if r.name in state.reported_failures:
+                continue
+            # One Event and one count per failed runner across replicas: the first to mark it reports it.
+            if not await self.store.lock(f"failed:{r.name}", holder=self.settings.replica_id, ttl_ms=FAILED_MARK_MS):
+                continue
+            if "regist" in r.reason.lower():
+                self.metrics.registration_failures.labels(group=label).inc()
+            message = f"Runner Job {r.name} failed ({r.reason}); its slot is free again"
+            await self.kube.event(group.ref, kind="Warning", reason="RunnerFailed", message=message)
         state.reported_failures = names_now
 
     # -- the polling fallback ---------------------------------------------------------------------
@@ -471,29 +511,45 @@ class Controller:
 
         Returns None if every poll succeeded, else the longest Retry-After Gitea asked for (0 if none).
         """
-        scopes: dict[PollScope, list[GroupObject]] = {}
-        tokens: dict[tuple[str, str, str], str | Exception] = {}  # one read per Secret key per cycle
-        for group, spec, _ in self.views():
-            if spec is None:
-                continue
-            state = self.state.setdefault((group.namespace, group.name), GroupState())
-            ref = spec.auth_token.secret_ref
-            where = (group.namespace, ref.name, ref.key)
-            if where not in tokens:
-                try:
-                    tokens[where] = await self.kube.secret_value(*where)
-                except (PermanentError, TransientError) as exc:
-                    tokens[where] = exc
-            token = tokens[where]
-            if isinstance(token, Exception):
-                state.gitea = Condition("GiteaReachable", "False", "AuthTokenUnavailable", str(token))
-                continue
-            target = "" if spec.scope == "global" else spec.target
-            scopes.setdefault(PollScope(spec.gitea.url, spec.scope, target, token), []).append(group)
+        scopes = await self._scopes()
         results = await asyncio.gather(*(self._poll_scope(s, gs) for s, gs in scopes.items()))
         self.wake.set()
         failures = [r for r in results if r is not None]
         return max(failures) if failures else None
+
+    async def _scopes(self) -> dict[PollScope, list[GroupObject]]:
+        """The valid groups by (Gitea URL, scope, token), each Secret key read once; a group whose token
+        cannot be read gets the condition that says so."""
+        scopes: dict[PollScope, list[GroupObject]] = {}
+        tokens: dict[tuple[str, str, str], str | Exception] = {}
+        for group, spec, _ in self.views():
+            if spec is None:
+                continue
+            try:
+                scope = await scope_of(self.kube, spec, group.namespace, cache=tokens)
+            except (PermanentError, TransientError) as exc:
+                state = self.state.setdefault((group.namespace, group.name), GroupState())
+                state.gitea = Condition("GiteaReachable", "False", "AuthTokenUnavailable", str(exc))
+                continue
+            scopes.setdefault(scope, []).append(group)
+        return scopes
+
+    async def _sweep_forever(self) -> None:
+        for informer in (self.groups, self.jobs, self.pods):
+            await informer.synced.wait()
+        while True:
+            await asyncio.sleep(self.settings.ghost_sweep_interval)
+            try:
+                await self.sweep_once()
+            except Exception:  # the next sweep tries again
+                log.exception("ghost sweep failed")
+
+    async def sweep_once(self) -> int:
+        """Delete the runner rows in Gitea that runners of ours left behind; how many."""
+        scopes = await self._scopes()
+        since = self.now_ms() - CREATED_WINDOW_MS
+        recent = {g.uid: await self.store.recently_created(g.uid, since_ms=since) for gs in scopes.values() for g in gs}
+        return await self.rows.sweep(scopes, self.jobs.items, recent)
 
     async def _poll_scope(self, scope: PollScope, groups: list[GroupObject]) -> float | None:
         started_ms = self.now_ms()

@@ -42,6 +42,9 @@ class Settings(RedisSettings):
     runner_backoff_max: float = Field(
         300.0, gt=0, description="Longest wait after runners failed in a row (the wait doubles each time)."
     )
+    ghost_sweep_interval: float = Field(
+        120.0, ge=0, description="Seconds between sweeps of the offline runner rows our runners left in Gitea; 0 = off."
+    )
     lease_ttl: float = Field(15.0, ge=1, description="Seconds a group's reconcile lease lasts at most.")
     listen_host: str = Field("0.0.0.0", description="Address of the metrics and health server.")  # noqa: S104
     listen_port: int = Field(8081, ge=0, le=65535, description="Port of the metrics and health server.")

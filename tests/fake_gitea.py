@@ -53,8 +53,15 @@ class SwaggerValidator:
 
     def response(self, path: str, body: Any) -> None:
         """Raise jsonschema.ValidationError unless `body` fits GET `path`'s 200 response."""
-        ref = self.spec["paths"][path]["get"]["responses"]["200"]["$ref"].rsplit("/", 1)[1]
-        self._check(self.spec["responses"][ref]["schema"], body)
+        ref = self.spec["paths"][path]["get"]["responses"]["200"]["$ref"]
+        if ref.startswith("#/definitions/"):  # the runners lists point at a definition, not a response
+            self._check({"$ref": ref}, body)
+        else:
+            self._check(self.spec["responses"][ref.rsplit("/", 1)[1]]["schema"], body)
+
+    def has(self, method: str, path: str, status: int) -> bool:
+        """Whether Gitea's spec documents this answer to `method path`."""
+        return str(status) in self.spec["paths"][path][method.lower()]["responses"]
 
 
 class FakeGitea:
@@ -66,6 +73,8 @@ class FakeGitea:
         self.jobs: dict[int, dict[str, Any]] = {}
         self.repos: dict[str, dict[str, Any]] = {}
         self.requests: Counter[str] = Counter()
+        self.runners: dict[int, dict[str, Any]] = {}  # id -> row, with "_scope": ("org", "acme") etc.
+        self.deleted: list[int] = []
         self.fail_with: int | None = None
         template = json.loads((DATA / "api-examples" / "repo-actions-jobs.status-queued.v1.25.json").read_text())
         self._job_template = template["jobs"][0]
@@ -92,6 +101,22 @@ class FakeGitea:
             self.repos[repo] = r
         return job
 
+    def add_runner(
+        self, name: str, *, scope: tuple[str, str] = ("org", "acme"), status: str = "online", busy: bool = False
+    ) -> int:
+        """Register a runner row in a scope (("repo", "o/r"), ("org", o), ("user", u) or ("global", ""))."""
+        runner_id = max(self.runners, default=0) + 1
+        self.runners[runner_id] = {
+            "id": runner_id,
+            "name": name,
+            "status": status,
+            "busy": busy,
+            "ephemeral": True,
+            "labels": [{"id": 0, "name": "k8s", "type": "custom"}],
+            "_scope": scope,
+        }
+        return runner_id
+
     def _repo_of(self, job: dict[str, Any]) -> str:
         parts = job["url"].split("/repos/", 1)[1].split("/")
         return f"{parts[0]}/{parts[1]}"
@@ -103,7 +128,54 @@ class FakeGitea:
         app.router.add_get("/api/v1/orgs/{org}/actions/jobs", self._org_jobs)
         app.router.add_get("/api/v1/admin/actions/jobs", self._admin_jobs)
         app.router.add_get("/api/v1/users/{username}/repos", self._user_repos)
+        for prefix, kind in (
+            ("/repos/{owner}/{repo}", "repo"),
+            ("/orgs/{org}", "org"),
+            ("/user", "user"),
+            ("/admin", "global"),
+        ):
+            app.router.add_get(f"/api/v1{prefix}/actions/runners", self._list_runners(prefix, kind))
+            app.router.add_delete(f"/api/v1{prefix}/actions/runners/{{runner_id}}", self._delete_runner(prefix, kind))
         return app
+
+    @staticmethod
+    def _scope_of(request: web.Request, kind: str) -> tuple[str, str]:
+        info = request.match_info
+        target = {"repo": f"{info.get('owner')}/{info.get('repo')}", "org": info.get("org", ""), "user": "acme"}
+        return kind, target.get(kind, "")
+
+    def _list_runners(self, prefix: str, kind: str) -> Any:
+        async def handle(request: web.Request) -> web.Response:
+            denied = self._auth(request, f"{kind}_runners")
+            if denied:
+                return denied
+            scope = self._scope_of(request, kind)
+            rows = [
+                {k: v for k, v in r.items() if k != "_scope"} for r in self.runners.values() if r["_scope"] == scope
+            ]
+            body = {"runners": self._page(request, rows), "total_count": len(rows)}
+            self.validator.response(f"{prefix}/actions/runners", body)
+            return web.json_response(body)
+
+        return handle
+
+    def _delete_runner(self, prefix: str, kind: str) -> Any:
+        async def handle(request: web.Request) -> web.Response:
+            denied = self._auth(request, f"{kind}_runner_delete")
+            if denied:
+                return denied
+            runner_id = int(request.match_info["runner_id"])
+            row = self.runners.get(runner_id)
+            path = f"{prefix}/actions/runners/{{runner_id}}"
+            if row is None or row["_scope"] != self._scope_of(request, kind):  # unknown or outside the scope
+                assert self.validator.has("DELETE", path, 404)
+                return web.json_response({"message": "runner not found"}, status=404)
+            del self.runners[runner_id]
+            self.deleted.append(runner_id)
+            assert self.validator.has("DELETE", path, 204)
+            return web.Response(status=204)
+
+        return handle
 
     def _auth(self, request: web.Request, endpoint: str) -> web.Response | None:
         self.requests[endpoint] += 1

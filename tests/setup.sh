@@ -10,9 +10,10 @@ step() { printf '\n=== %s (%ss)\n' "$*" "$(( $(date +%s) - started ))"; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # redis-server and wrk: the tests' Redis and the ingest benchmark's load generator. The rest runs
-# the real node (containerd, runc, the CNI plugins, iptables for kube-proxy) and builds its images.
+# the real node (containerd, runc, the CNI plugins, iptables for kube-proxy) and builds its images;
+# prometheus brings promtool, which unit-tests the chart's alerts.
 PACKAGES=(redis-server wrk containerd runc containernetworking-plugins iptables conntrack socat ethtool
-          podman mmdebstrap uidmap fuse-overlayfs gcc libc6-dev openssl)
+          podman mmdebstrap uidmap fuse-overlayfs gcc libc6-dev openssl prometheus)
 step "system packages: ${PACKAGES[*]}"
 missing=()
 for p in "${PACKAGES[@]}"; do

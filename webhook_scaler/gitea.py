@@ -124,3 +124,21 @@ class RepositoryRef(_Model):
     name: str
     full_name: str
     owner: Owner
+
+
+class ActionRunner(_Model):
+    """A runner as `GET .../actions/runners` lists it (1.24+). `status` is `online` or `offline` (no
+    contact for a minute); `busy` means it reported on a task in the last 10 s."""
+
+    id: int
+    name: str
+    status: str = ""
+    busy: bool = False
+    ephemeral: bool = False
+
+
+class ActionRunnersResponse(_Model):
+    """The body of `GET .../actions/runners`."""
+
+    runners: Annotated[tuple[ActionRunner, ...], BeforeValidator(_none_to_empty)] = ()
+    total_count: int = 0

@@ -16,6 +16,7 @@ them in one slot and the scripts stay legal there.
 | `{p}:done:{runner_name}`         | string | when the job the runner took completed (ms)       | job TTL          |
 | `{p}:lock:{name}`                | string | a short lease, e.g. one group's reconcile pass    | lease TTL        |
 | `{p}:created:{group_uid}`        | zset   | runner Jobs created lately, scored by time (ms)   | created window   |
+| `{p}:observed`                   | list   | picked/completed facts for the metrics (JSON)     | last 10,000 kept |
 | `{p}:events`                     | stream | `job`, `state` for every applied change (wake-up) | MAXLEN ~ 10,000  |
 
 Ordering. A job id is reused by reruns, and deliveries come late, twice, or out of order. Each event
@@ -44,7 +45,8 @@ from webhook_scaler.gitea import JobStatus, WorkflowJob, WorkflowJobPayload
 
 _PHASE = {JobStatus.WAITING: 1, JobStatus.QUEUED: 2, JobStatus.IN_PROGRESS: 3, JobStatus.COMPLETED: 4}
 
-# KEYS: job, delivery ("" = none), idx all, idx owner, idx repo, claim, stream, busy-key prefix, done-key prefix
+# KEYS: job, delivery ("" = none), idx all, idx owner, idx repo, claim, stream, busy-key prefix, done-key prefix,
+#   observations
 # ARGV[1]: one JSON object (one argument packs far faster than thirty): rank, state, now (ms), ttl (s),
 #   delivery_ttl (s), maxlen, index_age (ms), poll_since (ms, -1 = a webhook), id, fields {name: value}
 _RECORD = """
@@ -52,7 +54,7 @@ local a = cjson.decode(ARGV[1])
 local job, dkey, id = KEYS[1], KEYS[2], a.id
 local rank, state, now = tonumber(a.rank), a.state, tonumber(a.now)
 local poll_since = tonumber(a.poll_since)
-local cur = redis.call('HMGET', job, 'rank', 'state', 'updated_ms', 'queued_ms')
+local cur = redis.call('HMGET', job, 'rank', 'state', 'updated_ms', 'queued_ms', 'started_ms')
 if dkey ~= '' then
   if redis.call('SET', dkey, '1', 'NX', 'EX', a.delivery_ttl) == false then
     return {'duplicate', cur[2] or ''}
@@ -80,15 +82,27 @@ if previous_runner and state == 'completed' and not redis.call('HGET', job, 'run
   redis.call('HSET', job, 'runner', previous_runner)
 end
 local runner = redis.call('HGET', job, 'runner')
+local observed = nil
 if runner and runner ~= '' then
   if state == 'in_progress' then
     redis.call('SET', KEYS[8] .. runner, id, 'EX', a.ttl)
+    redis.call('HSET', job, 'started_ms', now)
+    if cur[2] == 'queued' and cur[4] then
+      observed = {r = runner, k = 'picked', ms = now - tonumber(cur[4])}
+    end
   else
     redis.call('DEL', KEYS[8] .. runner)
     if state == 'completed' then
       redis.call('SET', KEYS[9] .. runner, a.now, 'EX', a.ttl)
+      local ran = -1
+      if cur[2] == 'in_progress' and cur[5] then ran = now - tonumber(cur[5]) end
+      observed = {r = runner, k = 'completed', ms = ran, c = a.fields.conclusion or ''}
     end
   end
+end
+if observed then
+  redis.call('RPUSH', KEYS[10], cjson.encode(observed))
+  redis.call('LTRIM', KEYS[10], -10000, -1)
 end
 if state == 'queued' then
   local since = now
@@ -162,6 +176,17 @@ return 0
 """
 
 
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """A fact for the metrics, recorded with the change that made it: a runner took a job (`picked`,
+    `seconds` it waited queued) or its job completed (`seconds` it ran, -1 if its start was not seen)."""
+
+    runner: str
+    kind: Literal["picked", "completed"]
+    seconds: float
+    conclusion: str = ""
+
+
 class Outcome(StrEnum):
     """What recording one event did."""
 
@@ -184,6 +209,7 @@ class JobUpdate:
     name: str
     run_id: int
     runner_name: str | None = None
+    conclusion: str | None = None
 
     @classmethod
     def from_job(cls, job: WorkflowJob, *, repo_full_name: str) -> JobUpdate:
@@ -202,6 +228,7 @@ class JobUpdate:
             name=job.name,
             run_id=job.run_id,
             runner_name=job.runner_name,
+            conclusion=job.conclusion,
         )
 
     @classmethod
@@ -287,6 +314,10 @@ class JobStore:
         return f"{self._p}:queued:{scope.kind}:{scope.name.lower()}"
 
     @property
+    def _observed(self) -> str:
+        return f"{self._p}:observed"
+
+    @property
     def stream(self) -> str:
         """The wake-up stream's key."""
         return f"{self._p}:events"
@@ -313,6 +344,7 @@ class JobStore:
             self.stream,
             self._busy_key(""),
             self._done_key(""),
+            self._observed,
         ]
         packed = {
             "rank": str(update.rank),
@@ -332,6 +364,7 @@ class JobStore:
                 "run_id": str(update.run_id),
                 "attempt": str(update.attempt),
                 "runner": update.runner_name or "",
+                "conclusion": update.conclusion or "",
             },
         }
         reply = await self._record(keys=keys, args=[json.dumps(packed)])
@@ -487,6 +520,16 @@ class JobStore:
                 j for j, state in zip(jobs, results, strict=True) if state is not None and _text(state) == "queued"
             },
         )
+
+    async def observations(self, *, limit: int = 1000) -> list[Observation]:
+        """Take up to `limit` recorded facts, oldest first: each is handed to one caller only."""
+        raw = await self.redis.lpop(self._observed, limit)
+        out: list[Observation] = []
+        for item in raw or []:
+            fact = json.loads(_text(item))
+            seconds = float(fact["ms"]) / 1000 if float(fact["ms"]) >= 0 else -1.0
+            out.append(Observation(fact["r"], fact["k"], seconds, fact.get("c") or ""))
+        return out
 
     async def ping(self) -> bool:
         """Whether Redis answers."""

@@ -28,13 +28,16 @@ def stack(node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     redis = RedisServer(tmp_path_factory.mktemp("node-redis"))
     redis.start()
     try:
-        # A short runner backoff and finish grace, so that the wrong-token and cancel scenarios take seconds.
+        # A short runner backoff, finish and idle grace, and ghost sweep interval, so that the wrong-token,
+        # cancel, surplus and ghost scenarios take seconds.
         started = start_stack(
             tmp_path_factory.mktemp("stack"),
             node=node,
             redis=redis,
             GRS_RUNNER_BACKOFF_INITIAL="3",
             GRS_FINISH_GRACE="5",
+            GRS_IDLE_GRACE="10",
+            GRS_GHOST_SWEEP_INTERVAL="10",
         )
         try:
             yield started

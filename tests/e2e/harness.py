@@ -132,6 +132,11 @@ ENABLED = false
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
         """One API call as the admin; raises for a non-2xx answer."""
+        raw = self.raw(method, path, body)
+        return json.loads(raw) if raw else None
+
+    def raw(self, method: str, path: str, body: Any = None) -> bytes:
+        """One API call as the admin, its body as sent; raises for a non-2xx answer."""
         req = urllib.request.Request(
             f"{self.url}/api/v1{path}",
             method=method,
@@ -140,10 +145,10 @@ ENABLED = false
         )
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
-                raw = resp.read()
+                raw: bytes = resp.read()
         except urllib.error.HTTPError as err:
             raise RuntimeError(f"{method} {path}: {err.code} {err.read()[:300]!r}") from None
-        return json.loads(raw) if raw else None
+        return raw
 
     def push_file(self, repo: str, path: str, content: str, *, message: str) -> None:
         """Commit one file (new or changed) to the default branch through the API: a push, as far as

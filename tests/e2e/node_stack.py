@@ -10,13 +10,17 @@ TEST HARNESS ONLY.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import time
+import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler.crd import crd
 from tests.e2e.harness import Gitea, Service, our_services
@@ -193,6 +197,18 @@ class NodeStack:
         """A run's jobs as Gitea reports them (status, conclusion, runner_id)."""
         return list(self.gitea.api("GET", f"/repos/{repo}/actions/runs/{run_id}/jobs?limit=50")["jobs"] or [])
 
+    def wait_job_running(self, repo: str, run_id: int) -> None:
+        """Until one of the run's jobs is in progress (a runner took it)."""
+        wait_for(
+            lambda: [j for j in self.jobs(repo, run_id) if j["status"] == "in_progress"],
+            timeout=60,
+            what=f"a job of run {run_id} running",
+        )
+
+    def job_log(self, repo: str, job_id: int) -> str:
+        """A job's log as Gitea serves it."""
+        return self.gitea.raw("GET", f"/repos/{repo}/actions/jobs/{job_id}/logs").decode(errors="replace")
+
     def wait_run(self, repo: str, run_id: int, *, timeout: float = 120) -> dict[str, Any]:
         """Until Gitea reports the run completed; return it."""
         return wait_for(
@@ -214,6 +230,33 @@ class NodeStack:
         """The Gitea jobs the receiver recorded a webhook delivery for."""
         lines = [line for line in self.our_log("receiver").splitlines() if '"webhook recorded"' in line]
         return {int(json.loads(line)["job_id"]) for line in lines}
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of a reconciler metric's samples that carry these labels (0 if none)."""
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as resp:
+            text = resp.read().decode()
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+        )
+
+    @contextlib.contextmanager
+    def reconfigured(self, **env: str) -> Iterator[None]:
+        """The reconciler restarted with some settings changed, and restarted as it was afterwards."""
+        assert self.reconciler is not None
+        before = dict(self.reconciler.env)
+        port = int(self.metrics_url.rsplit(":", 1)[1].split("/")[0])
+        self.reconciler.stop()
+        self.reconciler.env.update(env)
+        self.reconciler.start(port=port)
+        try:
+            yield
+        finally:
+            self.reconciler.stop()
+            self.reconciler.env = before
+            self.reconciler.start(port=port)
 
     def our_log(self, which: Literal["receiver", "reconciler"]) -> str:
         """What our process on the host logged (in the Helm scenarios they run in Pods instead)."""

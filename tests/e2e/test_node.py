@@ -8,11 +8,13 @@ RunnerGroup, runner label and repository, so the order they run in does not matt
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
 from datetime import datetime
 from typing import Any
 
 import pytest
+import redis
 
 from bench.node import measure
 from tests.e2e.node_stack import SECRET, NodeStack, wait_for, workflow
@@ -129,10 +131,86 @@ def test_a_warm_runner_serves_the_next_job_and_the_pool_is_refilled(stack: NodeS
     )
     assert idle
     # Gitea's `completed` webhook comes late, so for a moment the finished job can still look queued and
-    # one more warm runner may start; a surplus idle runner goes after GRS_IDLE_GRACE (60 s): the pool
+    # one more warm runner may start; a surplus idle runner goes after GRS_IDLE_GRACE (10 s here): the pool
     # converges to exactly one warm runner.
     wait_for(lambda: len(active_runners(stack, ns)) == 1, timeout=120, what="exactly one runner left")
     wait_for(lambda: stack.group_status(ns).get("idleRunners") == 1, timeout=30, what="status: one idle runner")
+
+
+def test_a_surplus_idle_runner_goes_with_its_row_in_gitea(stack: NodeStack) -> None:
+    ns, label = stack.namespace("surplus"), new_label()
+    stack.group(ns, label, minIdleRunners=1)
+    (warm,) = wait_for(lambda: stack.runners_with(label), timeout=60, what="a warm runner registered in Gitea")
+    path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/runners"
+    group = api_request(stack.node, "GET", path)[1]
+    group["spec"]["minIdleRunners"] = 0
+    assert api_request(stack.node, "PUT", path, group)[0] == 200
+    wait_for(lambda: not active_runners(stack, ns), timeout=60, what="the surplus runner deleted")
+    # Its row went first, so when its Job is gone the row is gone too (the sweep runs too rarely to have
+    # done it: it only takes rows offline for a minute).
+    assert not stack.runners_with(label), "Gitea still lists the deleted runner"
+    assert stack.metric("grs_gitea_runners_removed_total", reason="surplus_idle", group=f"{ns}/runners") == 1
+    assert warm["name"] not in {j["metadata"]["name"] for j in stack.runner_jobs(ns)}
+
+
+LONG = """name: long
+on: [push]
+jobs:
+  long:
+    runs-on: {label}
+    steps:
+      - run: sleep {seconds}; echo done after {seconds}s
+"""
+
+
+def test_a_runner_redis_forgot_keeps_its_job_when_no_webhook_or_poll_can_tell(stack: NodeStack) -> None:
+    ns, label = stack.namespace("forgot"), new_label()
+    stack.group(ns, label)
+    assert stack.redis is not None
+    with stack.reconfigured(GRS_POLL_ENABLED="false"):  # only webhooks (and Gitea's runner list) are left
+        repo = stack.repo()
+        run_id = stack.push(repo, LONG.format(label=label, seconds=45), path=".gitea/workflows/long.yml")
+        stack.wait_job_running(repo, run_id)
+        # Redis loses everything (a restart without persistence): the `in_progress` that marked the
+        # runner busy too. Past the idle grace the runner looks idle and surplus; Gitea says it is busy.
+        with redis.Redis.from_url(stack.redis.url) as client:
+            client.flushall()
+        wait_for(
+            lambda: stack.metric("grs_runners_kept_busy_total", group=f"{ns}/runners") >= 1,
+            timeout=60,
+            what="the reconciler asked Gitea and kept the runner",
+        )
+        run = stack.wait_run(repo, run_id, timeout=120)
+        assert run["conclusion"] == "success", stack.jobs(repo, run_id)
+        assert stack.metric("grs_runners_created_total", group=f"{ns}/runners") == 1, "nothing ran twice"
+    wait_for(lambda: not active_runners(stack, ns), timeout=60, what="the runner Job finished")
+    jobs = stack.runner_jobs(ns)
+    assert all(j["status"].get("succeeded") == 1 for j in jobs), "the runner ran to its end: never deleted mid-job"
+    wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
+
+
+def test_the_sweep_removes_the_row_of_a_runner_deleted_behind_our_back(stack: NodeStack) -> None:
+    ns, label = stack.namespace("ghost"), new_label()
+    stack.group(ns, label, minIdleRunners=1)
+    (warm,) = wait_for(lambda: stack.runners_with(label), timeout=60, what="a warm runner registered in Gitea")
+    # Someone deletes the runner's Job (or its node dies): its row stays in Gitea, offline after a minute.
+    status, _ = api_request(
+        stack.node, "DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs/{warm['name']}?propagationPolicy=Background"
+    )
+    assert status == 200
+    wait_for(
+        lambda: warm["id"] not in {r["id"] for r in stack.runners_with(label)},
+        timeout=150,
+        what="the sweep deleted the offline row",
+        every=2,
+    )
+    swept = [
+        json.loads(line)
+        for line in stack.our_log("reconciler").splitlines()
+        if '"runner row deleted in gitea"' in line and warm["name"] in line
+    ]
+    assert [(r["reason"], r["id"]) for r in swept] == [("ghost", warm["id"])], "the sweep deleted it, once"
+    assert stack.metric("grs_gitea_runners_removed_total", reason="ghost") >= 1
 
 
 CANCELLABLE = """name: long
@@ -153,11 +231,7 @@ def test_a_run_cancelled_while_its_job_runs_frees_the_runner(stack: NodeStack) -
     stack.group(ns, label, maxActiveRunners=1)
     repo = stack.repo()
     first = stack.push(repo, CANCELLABLE.format(label=label, seconds=600), path=".gitea/workflows/long.yml")
-    wait_for(
-        lambda: [j for j in stack.jobs(repo, first) if j["status"] == "in_progress"],
-        timeout=60,
-        what="the long job running",
-    )
+    stack.wait_job_running(repo, first)
     (busy,) = active_runners(stack, ns)
     # A new push in the same concurrency group cancels the running run (Gitea's cancel-in-progress).
     second = stack.push(repo, CANCELLABLE.format(label=label, seconds=1), path=".gitea/workflows/long.yml")
@@ -188,7 +262,8 @@ def test_a_wrong_registration_token_fails_fast_backs_off_and_recovers_when_fixed
 
     first = wait_for(failed_jobs, timeout=60, what="the first runner failed")[0]
     (pod,) = [p for p in stack.pods(ns) if p["metadata"]["labels"]["job-name"] == first["metadata"]["name"]]
-    ended = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    (register,) = [s for s in pod["status"]["initContainerStatuses"] if s["name"] == "register"]
+    ended = register["state"]["terminated"]
     assert pod["status"]["phase"] == "Failed" and ended["exitCode"] == 1
     assert seconds(ended["finishedAt"]) - seconds(pod["metadata"]["creationTimestamp"]) < 15, "it failed fast"
 
@@ -213,6 +288,48 @@ def test_a_wrong_registration_token_fails_fast_backs_off_and_recovers_when_fixed
     stack.set_tokens(ns, registration_token=stack.registration_token)
     assert stack.wait_run(repo, run_id, timeout=120)["conclusion"] == "success"
     wait_for(lambda: health() is None, timeout=30, what="RunnersHealthy True again")
+
+
+# Everything a job step can read, printed: its environment, every process's command line and
+# environment, and every long token-like string in every file it can read (the filesystems of the
+# runner container, its volumes included). `printf` markers show that each part ran.
+SNOOP = """name: snoop
+on: [push]
+jobs:
+  snoop:
+    runs-on: {label}
+    steps:
+      - run: |
+          echo "== env"; env
+          echo "== processes"
+          for p in /proc/[0-9]*; do
+            {{ tr '\\0' ' ' < "$p/cmdline"; echo; tr '\\0' '\\n' < "$p/environ"; }} 2>/dev/null || true
+          done
+          echo "== files"
+          files() {{
+            find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type f -readable "$@" 2>/dev/null
+          }}
+          files -size -4M -print0 | xargs -0 grep -ahoE '[A-Za-z0-9]{{32,}}' 2>/dev/null | sort -u
+          echo "== files read: $(files -print | wc -l)"
+"""
+
+
+def test_a_job_step_can_read_no_registration_token(stack: NodeStack) -> None:
+    ns, label = stack.namespace("snoop"), new_label()
+    stack.group(ns, label)
+    repo = stack.repo()
+    run_id = stack.push(repo, SNOOP.format(label=f"{label}"))
+    assert stack.wait_run(repo, run_id)["conclusion"] == "success"
+    (job,) = stack.jobs(repo, run_id)
+    log = stack.job_log(repo, job["id"])
+    (runner,) = [j["metadata"]["name"] for j in stack.runner_jobs(ns)]
+    # The step did look: its environment, the processes, and the files with their long strings.
+    assert f"GITEA_RUNNER_NAME={runner}" in log and "== processes" in log, log[-2000:]
+    assert "act_runner daemon" in log, "the runner's own process was listed"
+    files_read = int(log.rsplit("== files read: ", 1)[1].split()[0])  # the output, not the script Gitea shows
+    assert files_read > 1000, files_read
+    assert stack.registration_token not in log, "a job step could read the registration token"
+    assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in log.split("== files", 1)[0]
 
 
 def seconds(stamp: str) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import shutil
 import subprocess
 import urllib.request
 import uuid
@@ -521,3 +522,59 @@ def test_image_install_step_gives_working_entry_points(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0  # SIGTERM: a graceful stop
+
+
+def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
+    (rule,) = [d for d in render("ci", sets=("metrics.prometheusRule.enabled=true",)) if d["kind"] == "PrometheusRule"]
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    no_runner = "RunnerGroup {group} has queued jobs but started no runner in 15 minutes"
+    failing = "Runners of RunnerGroup {group} fail to register with Gitea (wrong registration token?)"
+    cases = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    # a group that never created a runner: no grs_runners_created_total series at all
+                    {"series": 'grs_queued_jobs{group="ci/never"}', "values": "2x40"},
+                    {"series": 'grs_active_runners{group="ci/never"}', "values": "0x40"},
+                    # a group that serves its queue
+                    {"series": 'grs_queued_jobs{group="ci/served"}', "values": "2x40"},
+                    {"series": 'grs_runners_created_total{group="ci/served"}', "values": "0+1x40"},
+                    {"series": 'grs_active_runners{group="ci/served"}', "values": "1x40"},
+                    # a group whose runners fail to register, and one that recovered
+                    {"series": 'grs_registration_failures_total{group="ci/badtoken"}', "values": "0+1x40"},
+                    {"series": 'grs_registration_failures_total{group="ci/fixed"}', "values": "0+1x40"},
+                    {"series": 'grs_jobs_completed_total{group="ci/fixed",conclusion="success"}', "values": "0+1x40"},
+                ],
+                "alert_rule_test": [
+                    {
+                        "eval_time": "20m",
+                        "alertname": "GiteaRunnerScalerNoRunnersForQueuedJobs",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "warning", "group": "ci/never"},
+                                "exp_annotations": {"summary": no_runner.format(group="ci/never")},
+                            }
+                        ],
+                    },
+                    {
+                        "eval_time": "20m",
+                        "alertname": "GiteaRunnerScalerRegistrationFailing",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "warning", "group": "ci/badtoken"},
+                                "exp_annotations": {"summary": failing.format(group="ci/badtoken")},
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    (tmp_path / "cases.yaml").write_text(yaml.safe_dump(cases))
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: tests/setup.sh installs Debian's prometheus package"
+    done = subprocess.run([promtool, "test", "rules", "cases.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -200,3 +200,24 @@ async def test_activity_says_which_jobs_are_still_queued_in_the_same_snapshot(re
     assert activity.queued == {1} and activity.busy == {taken.runner_name}
     assert (await store.activity([], jobs=[1])).queued == {1}
     assert await store.activity([]) == Activity(set(), {}, set())
+
+
+async def test_a_job_picked_and_completed_leaves_one_fact_each_for_the_metrics(redis: Redis) -> None:
+    store, other = JobStore(redis), JobStore(redis)
+    await store.record(upd("queued"), now_ms=1_000)
+    await store.record(upd("queued"), now_ms=1_500)  # a redelivery: the job still waits since 1,000
+    picked = upd("in_progress")
+    await store.record(picked, now_ms=4_000)
+    await store.record(upd("in_progress"), now_ms=4_100)  # a duplicate changes nothing: no second fact
+    await store.record(upd("completed"), now_ms=10_000)
+    first = await store.observations(limit=1)
+    rest = await other.observations()  # another replica takes what is left, never the same facts
+    assert [(o.runner, o.kind, o.seconds) for o in first] == [(picked.runner_name, "picked", 3.0)]
+    assert [(o.runner, o.kind, o.seconds, o.conclusion) for o in rest] == [
+        (picked.runner_name, "completed", 6.0, "success")
+    ]
+    assert await store.observations() == []
+    # A job cancelled before any runner took it is no runner's fact.
+    await store.record(upd("queued", job_id=102), now_ms=1)
+    await store.record(upd("completed", job_id=102, picked=False), now_ms=2)
+    assert await store.observations() == []

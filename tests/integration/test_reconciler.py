@@ -241,7 +241,10 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
         assert job["spec"]["ttlSecondsAfterFinished"] == 600
         assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
         env = {e["name"]: e for e in pod["containers"][0]["env"]}
-        assert env["GITEA_RUNNER_REGISTRATION_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "gitea", "key": "reg"}
+        assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env
+        (register,) = pod["initContainers"]
+        reg_env = {e["name"]: e.get("valueFrom") for e in register["env"]}
+        assert reg_env["GITEA_RUNNER_REGISTRATION_TOKEN"] == {"secretKeyRef": {"name": "gitea", "key": "reg"}}
         assert REG_TOKEN not in str(job)
         assert env["GITEA_RUNNER_NAME"]["value"] == meta["name"]
         assert env["GITEA_RUNNER_LABELS"]["value"] == "k8s"
@@ -277,7 +280,7 @@ async def test_a_runnergroup_written_for_gitea_runner_operator_applies_unchanged
         (job,) = await eventually(lambda: runner_jobs(kube, ns))
         s = await eventually(lambda: (s := group_status(kube, ns, "legacy")).get("target") and s)
     assert job["metadata"]["annotations"][JOB_ID_ANNOTATION] == "31"
-    env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e for e in job["spec"]["template"]["spec"]["initContainers"][-1]["env"]}
     assert env["GITEA_INSTANCE_URL"]["value"] == "http://gitea.invalid:3000"
     assert env["GITEA_RUNNER_REGISTRATION_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "gitea", "key": "reg"}
     assert s["target"] == "acme/widgets"
