@@ -55,6 +55,8 @@ class GroupState:
     invalid_generation: int = -1
     status_written: float = 0.0  # monotonic time of the last status write
     quiet_as: tuple[object, object, object] | None = None  # (group object, gitea condition, last poll) found quiet
+    timer: asyncio.TimerHandle | None = None  # the wake-up at the group's next deadline
+    timer_at_ms: int = 0
 
 
 class Controller:
@@ -196,6 +198,8 @@ class Controller:
         for key in set(self.state) - keys:
             self.metrics.forget(f"{key[0]}/{key[1]}")
             state = self.state.pop(key)
+            if state.timer is not None:
+                state.timer.cancel()
             if state.task is not None and not state.task.done():  # its group is gone; run() still awaits it
                 state.task.cancel()
                 self._background.add(state.task)
@@ -369,12 +373,7 @@ class Controller:
             backoff_ms=(int(self.settings.runner_backoff_initial * 1000), int(self.settings.runner_backoff_max * 1000)),
             finish_grace_ms=int(self.settings.finish_grace * 1000),
         )
-        # Look again when a backoff ends, or when a runner that outlived its job is due for deletion.
-        due = [r.since_ms + int(self.settings.finish_grace * 1000) for r in runners if r.phase is Phase.FINISHING]
-        if decided.held and decided.backoff is not None:
-            due.append(decided.backoff.retry_at_ms)
-        if due:
-            asyncio.get_running_loop().call_later(max(0, min(due) - now_ms) / 1000 + 0.05, self.wake.set)
+        self._wake_when_due(state, runners, decided, now_ms, pending_ms=spec.pending_timeout_seconds * 1000)
         label = f"{group.namespace}/{group.name}"
         await self._apply_deletes(group, spec, decided, label)
         created = await self._apply_creates(group, spec, decided.create, label)
@@ -399,6 +398,33 @@ class Controller:
         )
         await self._write_status(group, status, state)
         return decided
+
+    def _wake_when_due(
+        self, state: GroupState, runners: list[Runner], decided: Plan, now_ms: int, *, pending_ms: int
+    ) -> None:
+        """Look again when the next deadline of the group passes: a backoff ends, or a runner becomes
+        deletable (idle past the idle grace, pending past its timeout, running past the finish grace).
+        Nothing else would wake the controller then. One timer per group, moved when a pass finds an
+        earlier deadline, so that passes do not pile up timers."""
+        deadlines = {
+            Phase.IDLE: int(self.settings.idle_grace * 1000),
+            Phase.PENDING: pending_ms,
+            Phase.FINISHING: int(self.settings.finish_grace * 1000),
+        }
+        due = [r.since_ms + deadlines[r.phase] for r in runners if r.phase in deadlines]
+        if decided.held and decided.backoff is not None:
+            due.append(decided.backoff.retry_at_ms)
+        due = [d for d in due if d > now_ms]  # a deadline reached was acted on in this pass
+        if not due:
+            return
+        at_ms = min(due)
+        timer = state.timer
+        if timer is not None and not timer.cancelled() and now_ms <= state.timer_at_ms <= at_ms:
+            return  # the timer that is set fires first anyway
+        if timer is not None:
+            timer.cancel()
+        state.timer_at_ms = at_ms
+        state.timer = asyncio.get_running_loop().call_later(max(0, at_ms - now_ms) / 1000 + 0.05, self.wake.set)
 
     async def _write_status(self, group: GroupObject, status: dict[str, Any], state: GroupState) -> None:
         """Write a changed status; while only the counts change, at most once per STATUS_INTERVAL, so a
