@@ -226,10 +226,20 @@ class NodeStack:
         """The org's runners that carry a label, as Gitea lists them."""
         return [r for r in self.gitea_runners() if label in {lb["name"] for lb in r.get("labels") or []}]
 
+    def deliveries(self) -> list[dict[str, Any]]:
+        """What the receiver logged of each delivery it recorded (job_id, action, outcome, ...)."""
+        lines = [line for line in self.our_log("receiver").splitlines() if '"webhook recorded"' in line]
+        return [json.loads(line) for line in lines]
+
     def delivered_job_ids(self) -> set[int]:
         """The Gitea jobs the receiver recorded a webhook delivery for."""
-        lines = [line for line in self.our_log("receiver").splitlines() if '"webhook recorded"' in line]
-        return {int(json.loads(line)["job_id"]) for line in lines}
+        return {int(d["job_id"]) for d in self.deliveries()}
+
+    def recorded(self, job_id: int, action: str) -> bool:
+        """Whether the receiver applied a delivery of this job and action to Redis."""
+        return any(
+            d["job_id"] == job_id and d["action"] == action and d["outcome"] == "applied" for d in self.deliveries()
+        )
 
     def metric(self, name: str, **labels: str) -> float:
         """The sum of a reconciler metric's samples that carry these labels (0 if none)."""

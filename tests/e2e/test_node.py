@@ -167,10 +167,14 @@ def test_a_runner_redis_forgot_keeps_its_job_when_no_webhook_or_poll_can_tell(st
     ns, label = stack.namespace("forgot"), new_label()
     stack.group(ns, label)
     assert stack.redis is not None
-    with stack.reconfigured(GRS_POLL_ENABLED="false"):  # only webhooks (and Gitea's runner list) are left
+    # Only webhooks (and Gitea's runner list) are left; nothing wakes the reconciler after the flush but
+    # its resync timer, set short here.
+    with stack.reconfigured(GRS_POLL_ENABLED="false", GRS_RESYNC_INTERVAL="5"):
         repo = stack.repo()
         run_id = stack.push(repo, LONG.format(label=label, seconds=45), path=".gitea/workflows/long.yml")
         stack.wait_job_running(repo, run_id)
+        (job,) = stack.jobs(repo, run_id)
+        wait_for(lambda: stack.recorded(job["id"], "in_progress"), timeout=30, what="the in_progress webhook recorded")
         # Redis loses everything (a restart without persistence): the `in_progress` that marked the
         # runner busy too. Past the idle grace the runner looks idle and surplus; Gitea says it is busy.
         with redis.Redis.from_url(stack.redis.url) as client:
