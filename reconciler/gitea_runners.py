@@ -23,7 +23,6 @@ Must not touch Redis; Kubernetes only through the cache and `Kube.secret_value`.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,15 +30,13 @@ from dataclasses import dataclass, field
 from reconciler.crd import RunnerGroupSpec
 from reconciler.giteaapi import PAGE_SIZE, GiteaClient, GiteaError, PollScope
 from reconciler.kube import GroupObject, JobObject, Kube, PermanentError, TransientError
-from reconciler.manifests import job_name
+from reconciler.manifests import RUNNER_SUFFIX, job_name
 from reconciler.metrics import Metrics
 from reconciler.plan import Delete
 from webhook_scaler.gitea import ActionRunner
 
 log = logging.getLogger(__name__)
 BUSY_HOLD = 30.0  # seconds a runner Gitea called busy counts as busy without asking again
-# The suffixes `Controller._create` gives runner Jobs: `{job id}-{4 hex}` or `w-{6 hex}` (warm).
-_SUFFIX = re.compile(r"-(\d+-[0-9a-f]{4}|w-[0-9a-f]{6})$")
 
 
 async def scope_of(
@@ -67,7 +64,7 @@ async def scope_of(
 
 def owners(name: str, groups: Iterable[GroupObject]) -> list[GroupObject]:
     """The groups whose runner Jobs may be called `name`."""
-    match = _SUFFIX.search(name)
+    match = RUNNER_SUFFIX.search(name)
     if match is None:
         return []
     return [g for g in groups if job_name(g.name, match.group(1)) == name]
@@ -85,18 +82,14 @@ class RunnerRows:
 
     def busy(self, namespace: str, name: str) -> bool:
         """Whether Gitea called this runner busy in the last BUSY_HOLD seconds."""
-        until = self.busy_until.get((namespace, name))
-        if until is None:
-            return False
-        if until > self.clock():
-            return True
-        del self.busy_until[(namespace, name)]
-        return False
+        return self.busy_until.get((namespace, name), 0.0) > self.clock()
 
     async def vet(self, group: GroupObject, spec: RunnerGroupSpec, deletes: Sequence[Delete]) -> list[Delete]:
         """The deletions that may go ahead, each one's Gitea row removed first."""
         if not deletes:
             return []
+        now = self.clock()
+        self.busy_until = {k: t for k, t in self.busy_until.items() if t > now}  # expired, or runners gone
         label = f"{group.namespace}/{group.name}"
         surplus = [d for d in deletes if d.reason == "surplus_idle"]
         try:
@@ -117,7 +110,7 @@ class RunnerRows:
             row = rows.get(d.name)
             if d.reason == "surplus_idle":
                 if row is not None and (row.busy or row.id in running):
-                    self.busy_until[(group.namespace, d.name)] = self.clock() + BUSY_HOLD
+                    self.busy_until[(group.namespace, d.name)] = now + BUSY_HOLD
                     self.metrics.runners_kept_busy.labels(group=label).inc()
                     log.info("runner kept: Gitea says it is busy", extra={"group": group.name, "job": d.name})
                     continue

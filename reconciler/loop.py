@@ -25,11 +25,11 @@ from reconciler.gitea_runners import RunnerRows, scope_of
 from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
 from reconciler.kube import GroupObject, JobObject, Kube, PermanentError, PodObject, TransientError
 from reconciler.labels import effective_labels, names
-from reconciler.manifests import build_job, job_name
+from reconciler.manifests import build_job, job_name, runner_suffix
 from reconciler.metrics import Metrics
 from reconciler.plan import Counts, Create, GroupView, Phase, Plan, Runner, assign, classify, plan
 from reconciler.settings import Settings
-from reconciler.status import Condition, desired_status, timestamp
+from reconciler.status import Condition, desired_status, registration_failed, timestamp
 from reconciler.tasks import run_together
 from webhook_scaler.queue import ALL, Activity, JobStore, JobUpdate, QueuedJob, Scope
 
@@ -168,13 +168,14 @@ class Controller:
     def _index(self) -> None:
         """Runner Jobs by group and Pods by Job, once per pass, so a pass is linear in groups + Jobs."""
         jobs: dict[tuple[str, str], list[JobObject]] = {}
+        group_of_runner: dict[str, str] = {}
         for job in self.jobs.items.values():
             jobs.setdefault((job.namespace, job.group), []).append(job)
-            self._group_of_runner[job.name] = f"{job.namespace}/{job.group}"
+            group_of_runner[job.name] = f"{job.namespace}/{job.group}"
         pods: dict[tuple[str, str], list[PodObject]] = {}
         for pod in self.pods.items.values():
             pods.setdefault((pod.namespace, pod.job_name), []).append(pod)
-        self._jobs_by_group, self._pods_by_job = jobs, pods
+        self._jobs_by_group, self._pods_by_job, self._group_of_runner = jobs, pods, group_of_runner
 
     async def reconcile_all(self) -> None:
         """Read demand once, give each queued job to one group, and start each group's pass."""
@@ -373,7 +374,8 @@ class Controller:
             backoff_ms=(int(self.settings.runner_backoff_initial * 1000), int(self.settings.runner_backoff_max * 1000)),
             finish_grace_ms=int(self.settings.finish_grace * 1000),
         )
-        self._wake_when_due(state, runners, decided, now_ms, pending_ms=spec.pending_timeout_seconds * 1000)
+        if decided.wake_at_ms is not None:
+            self._wake_at(state, decided.wake_at_ms, now_ms)
         label = f"{group.namespace}/{group.name}"
         await self._apply_deletes(group, spec, decided, label)
         created = await self._apply_creates(group, spec, decided.create, label)
@@ -399,25 +401,9 @@ class Controller:
         await self._write_status(group, status, state)
         return decided
 
-    def _wake_when_due(
-        self, state: GroupState, runners: list[Runner], decided: Plan, now_ms: int, *, pending_ms: int
-    ) -> None:
-        """Look again when the next deadline of the group passes: a backoff ends, or a runner becomes
-        deletable (idle past the idle grace, pending past its timeout, running past the finish grace).
-        Nothing else would wake the controller then. One timer per group, moved when a pass finds an
-        earlier deadline, so that passes do not pile up timers."""
-        deadlines = {
-            Phase.IDLE: int(self.settings.idle_grace * 1000),
-            Phase.PENDING: pending_ms,
-            Phase.FINISHING: int(self.settings.finish_grace * 1000),
-        }
-        due = [r.since_ms + deadlines[r.phase] for r in runners if r.phase in deadlines]
-        if decided.held and decided.backoff is not None:
-            due.append(decided.backoff.retry_at_ms)
-        due = [d for d in due if d > now_ms]  # a deadline reached was acted on in this pass
-        if not due:
-            return
-        at_ms = min(due)
+    def _wake_at(self, state: GroupState, at_ms: int, now_ms: int) -> None:
+        """Look again at the group's next deadline (nothing else would wake the controller then). One
+        timer per group, moved when a pass finds an earlier deadline, so that passes do not pile up timers."""
         timer = state.timer
         if timer is not None and not timer.cancelled() and now_ms <= state.timer_at_ms <= at_ms:
             return  # the timer that is set fires first anyway
@@ -477,8 +463,7 @@ class Controller:
         return len(made)
 
     async def _create(self, group: GroupObject, spec: RunnerGroupSpec, c: Create, label: str) -> bool:
-        suffix = f"{c.job_id}-{uuid.uuid4().hex[:4]}" if c.job_id is not None else f"w-{uuid.uuid4().hex[:6]}"
-        name = job_name(group.name, suffix)
+        name = job_name(group.name, runner_suffix(c.job_id, uuid.uuid4().hex))
         ttl_ms = int(self.settings.claim_ttl * 1000)
         if c.job_id is not None:
             if c.stale_claim:
@@ -508,7 +493,7 @@ class Controller:
             # One Event and one count per failed runner across replicas: the first to mark it reports it.
             if not await self.store.lock(f"failed:{r.name}", holder=self.settings.replica_id, ttl_ms=FAILED_MARK_MS):
                 continue
-            if "regist" in r.reason.lower():
+            if registration_failed(r):
                 self.metrics.registration_failures.labels(group=label).inc()
             message = f"Runner Job {r.name} failed ({r.reason}); its slot is free again"
             await self.kube.event(group.ref, kind="Warning", reason="RunnerFailed", message=message)

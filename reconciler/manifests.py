@@ -106,6 +106,15 @@ def job_name(group: str, suffix: str) -> str:
     return name
 
 
+# The suffix of a runner Job's name: `{job id}-{4 hex}` for a queued job, `w-{6 hex}` for a warm runner.
+RUNNER_SUFFIX = re.compile(r"-(\d+-[0-9a-f]{4}|w-[0-9a-f]{6})$")
+
+
+def runner_suffix(job_id: int | None, random_hex: str) -> str:
+    """The name suffix of a new runner Job (`random_hex`: at least 6 random hex digits)."""
+    return f"{job_id}-{random_hex[:4]}" if job_id is not None else f"w-{random_hex[:6]}"
+
+
 def is_dind(image: str) -> bool:
     """Whether the image runs Docker-in-Docker, which needs a privileged container."""
     tag = image.rsplit("/", 1)[-1]

@@ -152,6 +152,9 @@ class Plan:
     failed: tuple[Runner, ...]
     backoff: Backoff | None = None  # the failure streak, if any
     held: bool = False  # True while the backoff stops new runners
+    # when this plan may change with nothing else happening: a runner becomes deletable (idle past the
+    # idle grace, pending past its timeout, running past the finish grace) or the backoff ends
+    wake_at_ms: int | None = None
 
 
 def plan(
@@ -218,7 +221,19 @@ def plan(
         idle=sum(1 for r in spare if r.phase is Phase.IDLE and r.name not in {d.name for d in delete}),
         queued=len(queued),
     )
-    return Plan(create=tuple(create), delete=tuple(delete), counts=counts, failed=failed, backoff=streak, held=held)
+    limits = {Phase.IDLE: idle_grace_ms, Phase.PENDING: pending_limit, Phase.FINISHING: finish_grace_ms}
+    deadlines = [r.since_ms + limits[r.phase] for r in active if r.phase in limits and r.name not in reaped]
+    if held and streak is not None:
+        deadlines.append(streak.retry_at_ms)
+    return Plan(
+        create=tuple(create),
+        delete=tuple(delete),
+        counts=counts,
+        failed=failed,
+        backoff=streak,
+        held=held,
+        wake_at_ms=min((d for d in deadlines if d > now_ms), default=None),
+    )
 
 
 _SPECIFICITY = {"repo": 3, "org": 2, "user": 2, "global": 1}

@@ -48,13 +48,18 @@ def timestamp(moment: datetime) -> str:
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+def registration_failed(runner: Runner) -> bool:
+    """Whether a failed runner failed to register (its reason is the register container's last line)."""
+    return "regist" in runner.reason.lower()
+
+
 def _health(backoff: Backoff | None, failed: Sequence[Runner]) -> Condition:
     if backoff is None:
         message = "no runner failed since the last one that took a job" if failed else "no failed runner Jobs"
         return Condition("RunnersHealthy", "True", "NoFailures", message)
     last = backoff.last
     retry = timestamp(datetime.fromtimestamp(backoff.retry_at_ms / 1000, UTC))
-    reason = "RegistrationFailed" if "regist" in last.reason.lower() else "RunnerFailed"
+    reason = "RegistrationFailed" if registration_failed(last) else "RunnerFailed"
     message = (
         f"{backoff.failures} runner(s) failed in a row; no new runner before {retry}. Last: {last.name}: {last.reason}"
     )

@@ -238,3 +238,8 @@ def our_services(
         workdir,
     )
     return receiver, port, reconciler, metrics
+
+
+def deliveries(receiver: Service) -> list[dict[str, Any]]:
+    """What the receiver logged about each delivery it recorded (job_id, action, outcome, time, ...)."""
+    return [json.loads(line) for line in receiver.log().splitlines() if '"webhook recorded"' in line]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import time
 import urllib.request
 import uuid
@@ -23,7 +22,7 @@ from typing import Any, Literal, TypeVar
 from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler.crd import crd
-from tests.e2e.harness import Gitea, Service, our_services
+from tests.e2e.harness import Gitea, Service, deliveries, our_services
 from tests.kube_cluster import api_request, apply_crd
 from tests.node.cluster import NODE_IP, NodeCluster, image
 from tests.redis_server import RedisServer
@@ -228,8 +227,8 @@ class NodeStack:
 
     def deliveries(self) -> list[dict[str, Any]]:
         """What the receiver logged of each delivery it recorded (job_id, action, outcome, ...)."""
-        lines = [line for line in self.our_log("receiver").splitlines() if '"webhook recorded"' in line]
-        return [json.loads(line) for line in lines]
+        assert self.receiver is not None, "the receivers run in the cluster: read their Pods' logs"
+        return deliveries(self.receiver)
 
     def delivered_job_ids(self) -> set[int]:
         """The Gitea jobs the receiver recorded a webhook delivery for."""

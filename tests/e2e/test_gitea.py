@@ -10,7 +10,6 @@ real node, where act_runner Pods take the jobs.
 from __future__ import annotations
 
 import base64
-import json
 import time
 import urllib.request
 import uuid
@@ -21,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Gitea, Service, our_services
+from tests.e2e.harness import Gitea, Service, deliveries, our_services
 from tests.e2e.node_stack import wait_for
 from tests.fake_gitea import SwaggerValidator
 from tests.groups import spec_dict
@@ -61,11 +60,6 @@ class Stack:
         }
         count = int(values.get("grs_time_to_runner_seconds_count", 0))
         return (values.get("grs_time_to_runner_seconds_sum", 0.0) / count if count else 0.0), count
-
-
-def deliveries(receiver: Service) -> list[dict[str, Any]]:
-    """What the receiver logged about each delivery it recorded."""
-    return [json.loads(line) for line in receiver.log().splitlines() if '"webhook recorded"' in line]
 
 
 def workflow(*independent: str, dependent: str | None = None) -> str:

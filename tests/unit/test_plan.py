@@ -360,6 +360,27 @@ def test_a_runner_that_outlives_its_job_is_deleted_after_the_grace() -> None:
 
 
 @pytest.mark.parametrize(
+    ("runners", "wake_at"),
+    [
+        pytest.param([runner("i", Phase.IDLE, since=NOW - 50_000)], NOW + 10_000, id="idle-grace-ends"),
+        pytest.param([runner("p", Phase.PENDING, since=NOW - 1_000)], NOW + 599_000, id="pending-timeout"),
+        pytest.param([runner("f", Phase.FINISHING, since=NOW - 20_000)], NOW + 10_000, id="finish-grace-ends"),
+        pytest.param([failed("x", NOW - 4_000)], NOW + 6_000, id="backoff-ends"),
+        pytest.param(
+            [runner("i", Phase.IDLE, since=NOW - 50_000), runner("f", Phase.FINISHING, since=NOW - 25_000)],
+            NOW + 5_000,
+            id="the-earliest",
+        ),
+        pytest.param([runner("b", Phase.BUSY)], None, id="busy-has-none"),
+        pytest.param([runner("i", Phase.IDLE, since=NOW - 70_000)], None, id="a-passed-deadline-is-not-waited-for"),
+    ],
+)
+def test_the_plan_says_when_to_look_again(runners: list[Runner], wake_at: int | None) -> None:
+    decided = plan(queued=[job(1)], runners=runners, spec=spec(), now_ms=NOW, backoff_ms=(10_000, 300_000))
+    assert decided.wake_at_ms == wake_at
+
+
+@pytest.mark.parametrize(
     ("kw", "phase"),
     [
         pytest.param({"busy": True, "done_ms": None}, Phase.BUSY, id="busy"),
