@@ -344,9 +344,11 @@ async def test_spec_the_schema_allows_but_the_controller_refuses_is_reported(
     create_group(kube, ns, "odd", pendingTimeout="")  # matches the pattern, but is no duration
     async with running_controller(kube.kubeconfig, redis_server.url, ns):
         cond = await eventually(lambda: group_status(kube, ns, "odd")["conditions"].get("Ready"))
+        # The Event follows the status write: wait for it while the controller still runs.
+        warned = await eventually(lambda: events(kube, ns, "InvalidSpec"))
     assert (cond["status"], cond["reason"]) == ("False", "InvalidSpec")
     assert "duration" in cond["message"]
-    assert events(kube, ns, "InvalidSpec")
+    assert "duration" in warned[0]["message"]
 
 
 async def test_stuck_pending_runner_is_reaped_and_retried(
