@@ -16,7 +16,7 @@ from typing import Any
 from bench import scenarios as sc
 from bench.node import measure
 from bench.stack import Stack, machine, workdir
-from reconciler.loop import CREATE_CONCURRENCY
+from reconciler.apply import CREATE_CONCURRENCY
 from tests.e2e.node_stack import start_stack
 from tests.node.cluster import NodeCluster
 from tests.redis_server import RedisServer

@@ -12,9 +12,9 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from reconciler.controller import Controller
 from reconciler.giteaapi import GiteaClient
 from reconciler.kube import Kube, api_client
-from reconciler.loop import Controller
 from reconciler.metrics import Metrics
 from reconciler.settings import Settings
 from webhook_scaler import logs

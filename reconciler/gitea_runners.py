@@ -15,8 +15,8 @@ our runners leave in Gitea, and the periodic sweep of offline rows whose runner 
 - Other deletions (a runner Pending too long, one whose job is over) go ahead whatever Gitea says; a
   row they leave is swept later.
 - The sweep lists each (Gitea, scope, token) once per interval and deletes rows that are offline,
-  named like a runner Job of a group of that scope, and whose Job is finished or gone and was not
-  created in the last two minutes (a Job the cache may not show yet).
+  named like a runner Job of a group of that scope, and whose Job is finished or gone and holds no
+  seat (a Job being created holds one before the cache can show it).
 Must not touch Redis; Kubernetes only through the cache and `Kube.secret_value`.
 """
 
@@ -141,12 +141,12 @@ class RunnerRows:
         self,
         scopes: Mapping[PollScope, Sequence[GroupObject]],
         jobs: Mapping[tuple[str, str], JobObject],
-        recent: Mapping[str, set[str]],
+        seated: Mapping[str, set[str]],
     ) -> int:
         """Delete the ghost rows of every scope (one listing per scope); how many were deleted.
 
-        `jobs`: the runner Jobs by (namespace, name); `recent`: by group uid, the runner Jobs created in
-        the last two minutes (by any replica)."""
+        `jobs`: the runner Jobs by (namespace, name); `seated`: by group uid, the runner Jobs holding a
+        seat (by any replica), which includes those being created that the cache does not show yet."""
         removed = 0
         for scope, groups in scopes.items():
             try:
@@ -159,7 +159,7 @@ class RunnerRows:
                     continue
                 mine = owners(row.name, groups)
                 if not mine or any(
-                    _alive(jobs.get((g.namespace, row.name))) or row.name in recent.get(g.uid, ()) for g in mine
+                    _alive(jobs.get((g.namespace, row.name))) or row.name in seated.get(g.uid, ()) for g in mine
                 ):
                     continue
                 # Groups of one name in several namespaces give runners names alike: the first one counts it.

@@ -14,11 +14,12 @@ import logging
 import random
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Generic, TypeVar, cast
 
+import aiohttp
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -56,7 +57,7 @@ def classify(exc: BaseException) -> Exception:
         if exc.status == 403 and "exceeded quota" in body:
             return TransientError("ResourceQuota exceeded; retrying later")
         return PermanentError(f"HTTP {exc.status} {exc.reason}: {_message(body)}")
-    if isinstance(exc, asyncio.TimeoutError | OSError):
+    if isinstance(exc, asyncio.TimeoutError | OSError | aiohttp.ClientError):
         return TransientError(type(exc).__name__)
     return PermanentError(f"{type(exc).__name__}: {exc}")
 
@@ -89,6 +90,7 @@ class GroupObject:
     generation: int
     spec: Mapping[str, Any]
     status: Mapping[str, Any]
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ref(self) -> GroupRef:
@@ -133,6 +135,7 @@ def group_from(raw: Mapping[str, Any]) -> GroupObject:
         generation=int(meta.get("generation") or 0),
         spec=raw.get("spec") or {},
         status=raw.get("status") or {},
+        annotations=meta.get("annotations") or {},
     )
 
 
@@ -382,9 +385,33 @@ class Kube:
             if exc.status == 409 and "AlreadyExists" in str(exc.body or ""):
                 return False
             raise classify(exc) from None
-        except (TimeoutError, OSError) as exc:
+        except (TimeoutError, OSError, aiohttp.ClientError) as exc:
             raise classify(exc) from None
         return True
+
+    async def job_exists(self, namespace: str, name: str) -> bool:
+        """Whether the API server (not the cache) has a Job of that name."""
+        try:
+            await self.batch.read_namespaced_job(name, namespace, _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise classify(exc) from None
+        except (TimeoutError, OSError, aiohttp.ClientError) as exc:
+            raise classify(exc) from None
+        return True
+
+    async def seat_epoch(self, group: GroupRef) -> str | None:
+        """The seat epoch the API server (not the cache) records in the group's status."""
+        try:
+            raw = await self.custom.get_namespaced_custom_object_status(
+                GROUP, VERSION, group.namespace, PLURAL, group.name, _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as exc:
+            raise classify(exc) from None
+        except (TimeoutError, OSError, aiohttp.ClientError) as exc:
+            raise classify(exc) from None
+        return cast("str | None", (raw.get("status") or {}).get("seatEpoch"))
 
     async def delete_job(self, namespace: str, name: str) -> None:
         """Delete a Job and its Pods; 404 is success."""

@@ -106,13 +106,26 @@ def job_name(group: str, suffix: str) -> str:
     return name
 
 
-# The suffix of a runner Job's name: `{job id}-{4 hex}` for a queued job, `w-{6 hex}` for a warm runner.
-RUNNER_SUFFIX = re.compile(r"-(\d+-[0-9a-f]{4}|w-[0-9a-f]{6})$")
+# The suffix of a runner Job's name: `{job id}-{attempt}` for a queued job, `-r{n}` added for its n-th
+# replacement, `w-{6 hex}` for a warm runner. (`{job id}-{4 hex}`: runner Jobs of before 0.5.)
+RUNNER_SUFFIX = re.compile(r"-(\d+-(?:\d+(?:-r\d+)?|[0-9a-f]{4})|w-[0-9a-f]{6})$")
+_JOB_SUFFIX = re.compile(r"-(?P<job>\d+)-(?P<attempt>\d+)(?:-r(?P<retry>\d+))?$")
 
 
-def runner_suffix(job_id: int | None, random_hex: str) -> str:
-    """The name suffix of a new runner Job (`random_hex`: at least 6 random hex digits)."""
-    return f"{job_id}-{random_hex[:4]}" if job_id is not None else f"w-{random_hex[:6]}"
+def runner_suffix(job_id: int | None, *, attempt: int = 0, retry: int = 0, random_hex: str = "") -> str:
+    """The name suffix of a new runner Job: fixed by the (job, attempt) it is for and how many runners
+    for it came before, so the API server refuses a second; warm ones take 6 random hex digits."""
+    if job_id is None:
+        return f"w-{random_hex[:6]}"
+    return f"{job_id}-{attempt}" + (f"-r{retry}" if retry else "")
+
+
+def runner_retry(name: str, *, job_id: int, attempt: int) -> int | None:
+    """Which runner for (job, attempt) the Job called `name` is (0 = the first), or None if none."""
+    m = _JOB_SUFFIX.search(name)
+    if m is None or int(m["job"]) != job_id or int(m["attempt"]) != attempt:
+        return None
+    return int(m["retry"] or 0)
 
 
 def is_dind(image: str) -> bool:

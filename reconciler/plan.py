@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from reconciler.crd import RunnerGroupSpec
-from webhook_scaler.queue import QueuedJob
+from webhook_scaler.jobs import QueuedJob
 
 
 class Phase(StrEnum):
@@ -93,6 +93,7 @@ class Create:
     job_id: int | None
     queued_ms: int | None = None
     stale_claim: str | None = None  # a claim held by a runner that failed or finished: replace it
+    attempt: int = 0  # the attempt of the job the runner will run (names it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,36 +164,30 @@ def plan(
     runners: Sequence[Runner],
     spec: RunnerGroupSpec,
     now_ms: int,
-    in_flight: int = 0,
+    in_flight: frozenset[str] = frozenset(),
     idle_grace_ms: int = 60_000,
     backoff_ms: tuple[int, int] = (10_000, 300_000),
     finish_grace_ms: int = 30_000,
 ) -> Plan:
     """Decide one pass for one group.
 
-    `queued`: the queued jobs assigned to this group; `runners`: its runner Jobs; `in_flight`:
+    `queued`: the queued jobs assigned to this group; `runners`: its runner Jobs; `in_flight`: names of
     runners created (by any replica) that the caller's cache does not show yet; `backoff_ms`: the
     first and the longest wait after failed runners; `finish_grace_ms`: how long a runner may keep
     running after its job is over.
     """
     streak = backoff(runners, initial_ms=backoff_ms[0], max_ms=backoff_ms[1])
     held = streak is not None and now_ms < streak.retry_at_ms
-    by_name = {r.name: r for r in runners}
     active = [r for r in runners if r.phase in ACTIVE]
     pending_limit = spec.pending_timeout_seconds * 1000
-
-    delete: list[Delete] = []
-    for r in active:
-        if r.phase is Phase.PENDING and now_ms - r.since_ms > pending_limit:
-            delete.append(Delete(r.name, "pending_timeout", r.job_id))
-        elif r.phase is Phase.FINISHING and now_ms - r.since_ms > finish_grace_ms:
-            delete.append(Delete(r.name, "job_over", r.job_id))
+    delete = _reaped(active, now_ms=now_ms, pending_limit=pending_limit, finish_grace_ms=finish_grace_ms)
     reaped = {d.name for d in delete}
     spare = [r for r in active if r.phase in (Phase.PENDING, Phase.IDLE) and r.name not in reaped]
-    active_count = len(active) - len(reaped) + in_flight
+    active_count = len(active) - len(reaped) + len(in_flight)
 
-    demand = 0 if spec.suspend else len(queued) + spec.min_idle_runners
-    surplus = len(spare) + in_flight - demand
+    wanting, served_elsewhere = _wanting(queued, runners, reaped, in_flight)
+    demand = 0 if spec.suspend else len(queued) - served_elsewhere + spec.min_idle_runners
+    surplus = len(spare) + len(in_flight) - demand
     idle = sorted((r for r in spare if r.phase is Phase.IDLE), key=lambda r: (r.since_ms, r.name))
     for r in idle:
         if surplus <= 0:
@@ -203,22 +198,16 @@ def plan(
             surplus -= 1
 
     create: list[Create] = []
-    if not spec.suspend and not held:
-        wanted = min(-surplus, spec.max_active_runners - active_count) if surplus < 0 else 0
-        for job in sorted(queued, key=lambda j: (j.queued_ms, j.job_id)):
-            if len(create) >= wanted:
-                break
-            holder = by_name.get(job.claimed_by or "")
-            if job.claimed_by is None:
-                create.append(Create(job.job_id, job.queued_ms))
-            elif (holder is not None and holder.phase not in ACTIVE) or (holder is not None and holder.name in reaped):
-                create.append(Create(job.job_id, job.queued_ms, stale_claim=job.claimed_by))
+    if not spec.suspend and not held and surplus < 0:
+        wanted = min(-surplus, spec.max_active_runners - active_count)
+        create = wanting[: max(0, wanted)]
         create.extend(Create(None) for _ in range(max(0, wanted - len(create))))
 
     failed = tuple(r for r in runners if r.phase is Phase.FAILED)
+    deleted = {d.name for d in delete}
     counts = Counts(
         active=max(0, active_count + len(create)),
-        idle=sum(1 for r in spare if r.phase is Phase.IDLE and r.name not in {d.name for d in delete}),
+        idle=sum(1 for r in spare if r.phase is Phase.IDLE and r.name not in deleted),
         queued=len(queued),
     )
     limits = {Phase.IDLE: idle_grace_ms, Phase.PENDING: pending_limit, Phase.FINISHING: finish_grace_ms}
@@ -236,52 +225,39 @@ def plan(
     )
 
 
-_SPECIFICITY = {"repo": 3, "org": 2, "user": 2, "global": 1}
+def _reaped(active: Sequence[Runner], *, now_ms: int, pending_limit: int, finish_grace_ms: int) -> list[Delete]:
+    """Runners Pending past the pendingTimeout, and runners still up past the grace after their job."""
+    delete: list[Delete] = []
+    for r in active:
+        if r.phase is Phase.PENDING and now_ms - r.since_ms > pending_limit:
+            delete.append(Delete(r.name, "pending_timeout", r.job_id))
+        elif r.phase is Phase.FINISHING and now_ms - r.since_ms > finish_grace_ms:
+            delete.append(Delete(r.name, "job_over", r.job_id))
+    return delete
 
 
-@dataclass(frozen=True, slots=True)
-class GroupView:
-    """A RunnerGroup as the assignment sees it."""
+def _wanting(
+    queued: Sequence[QueuedJob], runners: Sequence[Runner], reaped: set[str], in_flight: frozenset[str]
+) -> tuple[list[Create], int]:
+    """The runners the queued jobs want, oldest job first, and how many jobs another runner serves.
 
-    namespace: str
-    name: str
-    spec: RunnerGroupSpec
-    label_names: frozenset[str]
-
-
-def covers(spec: RunnerGroupSpec, job: QueuedJob) -> bool:
-    """Whether a group's scope includes the job's repository (names compare case-insensitively)."""
-    if spec.scope == "global":
-        return True
-    if spec.scope == "repo":
-        return job.repo == (spec.repo or "").lower()
-    return job.owner == ((spec.org if spec.scope == "org" else spec.user) or "").lower()
-
-
-def assign(queued: Sequence[QueuedJob], groups: Sequence[GroupView]) -> dict[tuple[str, str], list[QueuedJob]]:
-    """Give every queued job to exactly one group: of those whose scope and labels match and that are
-    not suspended, the most specific scope (repo, then org or user, then global), then the first by
-    namespace and name. A job no group matches is in no list.
+    A job wants a runner unless an active runner of the group was started for it, or its claim is
+    held by a runner being created (`in_flight`) or by one this group does not have (another group's,
+    after the job moved): those jobs are served, and want no warm runner in their place either. A
+    claim held by a runner that ended, or is being reaped, is replaced.
     """
-    ranked = sorted(
-        (g for g in groups if not g.spec.suspend), key=lambda g: (-_SPECIFICITY[g.spec.scope], g.namespace, g.name)
-    )
-    # Index the groups by what their scope names, so each job looks only at the groups that can cover it:
-    # a pass stays linear in jobs + groups, however many repository-scoped groups there are.
-    by_repo: dict[str, list[GroupView]] = {}
-    by_owner: dict[str, list[GroupView]] = {}
-    everywhere: list[GroupView] = []
-    for g in ranked:
-        if g.spec.scope == "repo":
-            by_repo.setdefault((g.spec.repo or "").lower(), []).append(g)
-        elif g.spec.scope == "global":
-            everywhere.append(g)
-        else:
-            by_owner.setdefault(((g.spec.org if g.spec.scope == "org" else g.spec.user) or "").lower(), []).append(g)
-    out: dict[tuple[str, str], list[QueuedJob]] = {(g.namespace, g.name): [] for g in groups}
-    for job in queued:
-        for g in (*by_repo.get(job.repo, ()), *by_owner.get(job.owner, ()), *everywhere):
-            if covers(g.spec, job) and all(lb in g.label_names for lb in job.labels):
-                out[(g.namespace, g.name)].append(job)
-                break
-    return out
+    by_name = {r.name: r for r in runners}
+    started_for = {r.job_id for r in runners if r.phase in ACTIVE and r.name not in reaped}
+    wanting: list[Create] = []
+    served_elsewhere = 0
+    for job in sorted(queued, key=lambda j: (j.queued_ms, j.job_id)):
+        holder = by_name.get(job.claimed_by or "")
+        if job.job_id in started_for:
+            continue
+        if job.claimed_by is None:
+            wanting.append(Create(job.job_id, job.queued_ms, attempt=job.generation))
+        elif holder is not None and (holder.phase not in ACTIVE or holder.name in reaped):
+            wanting.append(Create(job.job_id, job.queued_ms, stale_claim=job.claimed_by, attempt=job.generation))
+        elif holder is None and job.claimed_by not in in_flight:
+            served_elsewhere += 1
+    return wanting, served_elsewhere

@@ -78,11 +78,14 @@ def desired_status(
     last_poll: str | None,
     failed: Sequence[Runner],
     backoff: Backoff | None = None,
+    error: str = "",
 ) -> dict[str, Any]:
-    """The whole status object for this pass."""
+    """The whole status object for this pass (`error`: a permanent error that stopped the group)."""
     stamp = timestamp(now)
     if invalid or spec is None:
         ready = Condition("Ready", "False", "InvalidSpec", invalid or "invalid spec")
+    elif error:
+        ready = Condition("Ready", "False", "ReconcileFailed", f"stopped until the RunnerGroup changes: {error}")
     elif spec.suspend:
         ready = Condition("Ready", "True", "Suspended", "suspended: no new runners are started")
     else:

@@ -70,3 +70,13 @@ def signed(body: dict[str, Any], *, secret: str, delivery_id: str | None = None)
         "X-Hub-Signature-256": "sha256=" + signature,
     }
     return raw, headers
+
+
+async def stored(redis: Any, job_id: int, *, prefix: str = "grs") -> dict[str, str]:
+    """The record Redis holds for one job (empty if none), read directly: what the scripts wrote."""
+    raw = await redis.hgetall(f"{{{prefix}}}:job:{job_id}")
+    return {_str(k): _str(v) for k, v in raw.items()}
+
+
+def _str(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

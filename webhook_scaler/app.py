@@ -16,8 +16,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from webhook_scaler import delivery
+from webhook_scaler.jobs import JobUpdate
 from webhook_scaler.metrics import Metrics
-from webhook_scaler.queue import JobStore, JobUpdate, Outcome, Ttls
+from webhook_scaler.queue import JobStore, Outcome, Ttls
 from webhook_scaler.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ async def _handle(request: web.Request) -> tuple[web.Response, str, str]:
     update = JobUpdate.from_payload(parsed.payload)
     written = time.perf_counter()
     try:  # the Redis client's socket timeouts (GRS_REDIS_TIMEOUT) bound this call
-        result = await store.record(update, now_ms=int(time.time() * 1000), delivery_id=parsed.delivery_id)
+        result = await store.record(update, delivery_id=parsed.delivery_id)
     except _REDIS_ERRORS as exc:
         log.warning("redis unavailable", extra={"error": type(exc).__name__, "job_id": update.job_id})
         response = _json(503, error="state store unavailable, not recorded")

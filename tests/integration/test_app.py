@@ -18,7 +18,8 @@ from tests.conftest import SECRET, RecordedDelivery
 from tests.jobs import payload, signed
 from tests.redis_server import RedisServer
 from webhook_scaler.app import create_app
-from webhook_scaler.queue import ALL, JobStore
+from webhook_scaler.jobs import ALL
+from webhook_scaler.queue import JobStore
 from webhook_scaler.settings import Settings
 
 Client = TestClient[web.Request, web.Application]

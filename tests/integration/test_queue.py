@@ -7,8 +7,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from tests.jobs import model
-from webhook_scaler.queue import ALL, Activity, JobStore, JobUpdate, Outcome, Scope, Ttls
+from tests.jobs import model, stored
+from webhook_scaler.coordination import Activity, Coordination
+from webhook_scaler.jobs import ALL, JobUpdate, Scope
+from webhook_scaler.queue import JobStore, Outcome, Ttls
 
 
 def upd(status: str, **kw: Any) -> JobUpdate:
@@ -17,124 +19,148 @@ def upd(status: str, **kw: Any) -> JobUpdate:
 
 async def test_lifecycle_moves_through_the_demand_index(redis: Redis) -> None:
     store = JobStore(redis)
-    r = await store.record(upd("queued"), now_ms=1000, delivery_id="d1")
+    before = await store.now_ms()
+    r = await store.record(upd("queued"), delivery_id="d1")
+    after = await store.now_ms()
     assert (r.outcome, r.previous, r.state) == (Outcome.APPLIED, None, "queued")
     [job] = await store.queued(ALL)
-    assert (job.job_id, job.labels, job.repo, job.owner, job.queued_ms) == (
-        101,
-        ("ubuntu-latest",),
-        "acme/widgets",
-        "acme",
-        1000,
-    )
+    assert (job.job_id, job.labels, job.repo, job.owner) == (101, ("ubuntu-latest",), "acme/widgets", "acme")
+    assert before <= job.queued_ms <= after  # Redis' clock, not the caller's
     assert [j.job_id for j in await store.queued(Scope("owner", "ACME"))] == [101]
     assert [j.job_id for j in await store.queued(Scope("repo", "Acme/Widgets"))] == [101]
     assert await store.queued(Scope("owner", "other")) == []
-    r = await store.record(upd("in_progress"), now_ms=2000, delivery_id="d2")
+    r = await store.record(upd("in_progress"), delivery_id="d2")
     assert (r.outcome, r.previous, r.state) == (Outcome.APPLIED, "queued", "in_progress")
     assert await store.queued(ALL) == []
-    r = await store.record(upd("completed"), now_ms=3000, delivery_id="d3")
+    r = await store.record(upd("completed"), delivery_id="d3")
     assert r.state == "completed"
     assert 0 < await redis.ttl("{grs}:job:101") <= Ttls().completed
 
 
 async def test_repeated_delivery_id_changes_nothing(redis: Redis) -> None:
     store = JobStore(redis)
-    await store.record(upd("queued"), now_ms=1, delivery_id="same")
-    await store.record(upd("in_progress"), now_ms=2, delivery_id="other")
-    again = await store.record(upd("queued", attempt=5), now_ms=3, delivery_id="same")
+    await store.record(upd("queued"), delivery_id="same")
+    await store.record(upd("in_progress"), delivery_id="other")
+    again = await store.record(upd("queued", attempt=5), delivery_id="same")
     assert again.outcome is Outcome.DUPLICATE
-    assert (await store.state(101))["state"] == "in_progress"
+    assert (await stored(redis, 101))["state"] == "in_progress"
 
 
 async def test_redelivery_with_new_id_is_harmless(redis: Redis) -> None:
     store = JobStore(redis)
-    await store.record(upd("queued"), now_ms=1, delivery_id="a")
-    await store.record(upd("in_progress"), now_ms=2, delivery_id="b")
-    replay = await store.record(upd("queued"), now_ms=3, delivery_id="c")
+    await store.record(upd("queued"), delivery_id="a")
+    await store.record(upd("in_progress"), delivery_id="b")
+    replay = await store.record(upd("queued"), delivery_id="c")
     assert replay.outcome is Outcome.STALE
     assert await store.queued(ALL) == []
 
 
 async def test_completed_before_queued_stays_completed(redis: Redis) -> None:
     store = JobStore(redis)
-    await store.record(upd("completed"), now_ms=1, delivery_id="a")
-    late = await store.record(upd("queued"), now_ms=2, delivery_id="b")
+    await store.record(upd("completed"), delivery_id="a")
+    late = await store.record(upd("queued"), delivery_id="b")
     assert late.outcome is Outcome.STALE
     assert await store.queued(ALL) == []
 
 
 async def test_rerun_brings_a_completed_job_back(redis: Redis) -> None:
     store = JobStore(redis)
-    await store.record(upd("queued", attempt=0), now_ms=1)
-    await store.record(upd("in_progress", attempt=1), now_ms=2)
-    await store.record(upd("completed", attempt=1), now_ms=3)
+    await store.record(upd("queued", attempt=0))
+    await store.record(upd("in_progress", attempt=1))
+    await store.record(upd("completed", attempt=1))
     # A rerun reuses the job id; its queued event still carries the previous attempt.
-    rerun = await store.record(upd("queued", attempt=1), now_ms=4)
+    first_queued = int((await stored(redis, 101))["updated_ms"])
+    rerun = await store.record(upd("queued", attempt=1))
     assert rerun.outcome is Outcome.APPLIED and rerun.previous == "completed"
-    assert [j.queued_ms for j in await store.queued(ALL)] == [4]
+    assert [j.attempt for j in await store.queued(ALL)] == [1]
+    assert (await store.queued(ALL))[0].queued_ms >= first_queued
 
 
 async def test_waiting_is_recorded_but_not_demand(redis: Redis) -> None:
     store = JobStore(redis)
-    r = await store.record(upd("waiting"), now_ms=1)
+    r = await store.record(upd("waiting"))
     assert r.state == "waiting"
     assert await store.queued(ALL) == []
-    await store.record(upd("queued"), now_ms=2)
+    await store.record(upd("queued"))
     assert len(await store.queued(ALL)) == 1
 
 
 async def test_claims_are_exclusive_and_cleared_when_the_job_leaves_the_queue(redis: Redis) -> None:
     store = JobStore(redis)
-    await store.record(upd("queued"), now_ms=1)
-    results = await asyncio.gather(*(store.claim(101, holder=f"r{i}", ttl_ms=60_000) for i in range(20)))
+    await store.record(upd("queued"))
+    results = await asyncio.gather(*(Coordination(redis).claim(101, holder=f"r{i}", ttl_ms=60_000) for i in range(20)))
     assert sum(results) == 1
     [job] = await store.queued(ALL)
     assert job.claimed_by is not None and job.claimed_by.startswith("r")
-    await store.release(101, holder="not-the-holder")
+    await Coordination(redis).release(101, holder="not-the-holder")
     assert (await store.queued(ALL))[0].claimed_by == job.claimed_by
-    await store.record(upd("in_progress"), now_ms=2)
+    await store.record(upd("in_progress"))
     assert await redis.exists("{grs}:claim:101") == 0
-    assert not await store.claim(101, holder="late", ttl_ms=60_000)
+    assert not await Coordination(redis).claim(101, holder="late", ttl_ms=60_000)
 
 
 async def test_claim_expires(redis: Redis) -> None:
     store = JobStore(redis)
-    await store.record(upd("queued"), now_ms=1)
-    assert await store.claim(101, holder="a", ttl_ms=50)
+    await store.record(upd("queued"))
+    assert await Coordination(redis).claim(101, holder="a", ttl_ms=50)
     await asyncio.sleep(0.2)
-    assert await store.claim(101, holder="b", ttl_ms=50)
+    assert await Coordination(redis).claim(101, holder="b", ttl_ms=50)
 
 
 async def test_poll_sync_adds_missing_and_drops_gone_jobs(redis: Redis) -> None:
     store = JobStore(redis)
-    await store.record(upd("queued", job_id=1), now_ms=100)
-    await store.record(upd("queued", job_id=2), now_ms=100)
-    await store.record(upd("queued", job_id=3, repo="other/repo"), now_ms=100)
-    # Gitea lists job 2 and a job 4 no webhook reported, for owner acme, polled at t=200.
-    added, dropped = await store.sync_polled(
-        Scope("owner", "acme"), [upd("queued", job_id=2), upd("queued", job_id=4)], polled_since_ms=200, now_ms=300
-    )
-    assert (added, dropped) == (1, 1)
+    await store.record(upd("queued", job_id=1))
+    await store.record(upd("queued", job_id=2))
+    await store.record(upd("queued", job_id=3, repo="other/repo"))
+    # Gitea lists job 2 and a job 4 no webhook reported, for owner acme.
+    listed = [upd("queued", job_id=2), upd("queued", job_id=4)]
+    since = await store.now_ms()
+    added, dropped = await store.sync_polled(Scope("owner", "acme"), listed, polled_since_ms=since, complete=True)
+    assert (added, dropped) == (1, 0)  # job 1 missed once: not gone yet
+    assert sorted(j.job_id for j in await store.queued(ALL)) == [1, 2, 3, 4]
+    since = await store.now_ms()
+    added, dropped = await store.sync_polled(Scope("owner", "acme"), listed, polled_since_ms=since, complete=True)
+    assert (added, dropped) == (0, 1)  # missed by two complete listings in a row
     assert sorted(j.job_id for j in await store.queued(ALL)) == [2, 3, 4]
-    assert (await store.state(1))["state"] == "gone"
+    assert (await stored(redis, 1))["state"] == "gone"
+
+
+async def test_a_job_is_gone_only_after_two_complete_listings_in_a_row_miss_it(redis: Redis) -> None:
+    store = JobStore(redis)
+    await store.record(upd("queued", job_id=1))
+    scope = Scope("owner", "acme")
+
+    async def poll(listed: list[JobUpdate], *, complete: bool = True) -> int:
+        since = await store.now_ms()
+        return (await store.sync_polled(scope, listed, polled_since_ms=since, complete=complete))[1]
+
+    assert await poll([]) == 0  # missed once
+    assert await poll([upd("queued", job_id=1)]) == 0  # listed again: the count starts over
+    assert await poll([]) == 0
+    assert await poll([], complete=False) == 0  # an incomplete listing proves nothing
+    assert [j.job_id for j in await store.queued(ALL)] == [1]
+    assert await poll([]) == 1
+    assert await store.queued(ALL) == []
 
 
 async def test_poll_does_not_drop_what_a_webhook_reported_during_the_poll(redis: Redis) -> None:
     store = JobStore(redis)
-    await store.record(upd("queued", job_id=7), now_ms=500)
-    added, dropped = await store.sync_polled(Scope("owner", "acme"), [], polled_since_ms=400, now_ms=600)
+    since = await store.now_ms()
+    await store.sync_polled(Scope("owner", "acme"), [], polled_since_ms=since, complete=True)
+    await store.record(upd("queued", job_id=7))  # a webhook while the next poll runs
+    added, dropped = await store.sync_polled(Scope("owner", "acme"), [], polled_since_ms=since, complete=True)
     assert (added, dropped) == (0, 0)
     assert [j.job_id for j in await store.queued(ALL)] == [7]
 
 
 async def test_poll_settles_a_rerun_webhooks_cannot_tell_apart(redis: Redis) -> None:
     store = JobStore(redis)
-    await store.record(upd("queued"), now_ms=1)
-    await store.record(upd("completed", picked=False), now_ms=2)  # cancelled before pickup
-    rerun = await store.record(upd("queued"), now_ms=3)  # same attempt: indistinguishable from a replay
+    await store.record(upd("queued"))
+    await store.record(upd("completed", picked=False))  # cancelled before pickup
+    rerun = await store.record(upd("queued"))  # same attempt: indistinguishable from a replay
     assert rerun.outcome is Outcome.STALE
-    await store.sync_polled(Scope("repo", "acme/widgets"), [upd("queued")], polled_since_ms=10, now_ms=11)
+    since = await store.now_ms() + 1  # a poll that began after the stale record
+    await store.sync_polled(Scope("repo", "acme/widgets"), [upd("queued")], polled_since_ms=since, complete=True)
     assert [j.job_id for j in await store.queued(ALL)] == [101]
 
 
@@ -143,81 +169,89 @@ async def test_wake_up_stream_reports_every_applied_change(redis: Redis) -> None
     last, _ = await store.wait("0", block_ms=1)
     waiter = asyncio.create_task(store.wait("$", block_ms=5000))
     await asyncio.sleep(0.05)
-    await store.record(upd("queued", job_id=9), now_ms=1)
+    await store.record(upd("queued", job_id=9))
     last, changes = await asyncio.wait_for(waiter, 5)
     assert changes == [(9, "queued")]
-    await store.record(upd("queued", job_id=9), now_ms=2)  # stale: no entry
-    await store.record(upd("in_progress", job_id=9), now_ms=3)
+    await store.record(upd("queued", job_id=9))  # stale: no entry
+    await store.record(upd("in_progress", job_id=9))
     _, changes = await store.wait(last, block_ms=100)
     assert changes == [(9, "in_progress")]
 
 
 async def test_prefixes_separate_installations(redis: Redis) -> None:
     a, b = JobStore(redis, prefix="a"), JobStore(redis, prefix="b")
-    await a.record(upd("queued"), now_ms=1)
+    await a.record(upd("queued"))
     assert await b.queued(ALL) == []
     assert len(await a.queued(ALL)) == 1
 
 
 async def test_nothing_lives_forever(redis: Redis) -> None:
     store = JobStore(redis, ttls=Ttls(job=100, completed=50, delivery=30))
-    await store.record(upd("queued", job_id=1), now_ms=1, delivery_id="x")
-    await store.record(upd("completed", job_id=2), now_ms=1)
+    await store.record(upd("queued", job_id=1), delivery_id="x")
+    await store.record(upd("completed", job_id=2))
     assert 0 < await redis.ttl("{grs}:job:1") <= 100
     assert 0 < await redis.ttl("{grs}:job:2") <= 50
     assert 0 < await redis.ttl("{grs}:delivery:x") <= 30
     # Index members older than the job TTL are pruned on the next write.
-    await store.record(upd("queued", job_id=3), now_ms=1 + 101_000)
+    await redis.zadd("{grs}:queued", {"1": 1})  # queued at the start of 1970
+    await store.record(upd("queued", job_id=3))
     assert await redis.zrange("{grs}:queued", 0, -1) == [b"3"]
 
 
 async def test_busy_runners_follow_in_progress_and_completed(redis: Redis) -> None:
-    store = JobStore(redis)
-    await store.record(upd("queued"), now_ms=1)
-    assert (await store.activity(["widgets-runner-7f9c2", "other"])).busy == set()
+    store, coordination = JobStore(redis), Coordination(redis)
+    await store.record(upd("queued"))
+    assert (await coordination.activity(["widgets-runner-7f9c2", "other"])).busy == set()
     in_progress = upd("in_progress")
     assert in_progress.runner_name
-    await store.record(in_progress, now_ms=2)
-    assert (await store.activity([in_progress.runner_name, "other"])).busy == {in_progress.runner_name}
+    await store.record(in_progress)
+    assert (await coordination.activity([in_progress.runner_name, "other"])).busy == {in_progress.runner_name}
     done = upd("completed")
     assert done.runner_name is None  # an ephemeral runner's completed event has no runner_name
-    await store.record(done, now_ms=3)
-    assert (await store.activity([in_progress.runner_name])).busy == set()
-    assert (await store.state(101))["runner"] == in_progress.runner_name
+    await store.record(done)
+    assert (await coordination.activity([in_progress.runner_name])).busy == set()
+    assert (await stored(redis, 101))["runner"] == in_progress.runner_name
     # ...and when the job it took ended, so that a runner outliving its job can be told apart
-    activity = await store.activity([in_progress.runner_name, "other"])
-    assert activity.busy == set() and activity.done_ms == {in_progress.runner_name: 3}
+    activity = await coordination.activity([in_progress.runner_name, "other"])
+    completed_ms = int((await stored(redis, 101))["updated_ms"])
+    assert activity.busy == set() and activity.done_ms == {in_progress.runner_name: completed_ms}
 
 
 async def test_activity_says_which_jobs_are_still_queued_in_the_same_snapshot(redis: Redis) -> None:
-    store = JobStore(redis)
-    await store.record(upd("queued", job_id=1), now_ms=1)
-    await store.record(upd("queued", job_id=2), now_ms=1)
+    store, coordination = JobStore(redis), Coordination(redis)
+    await store.record(upd("queued", job_id=1))
+    await store.record(upd("queued", job_id=2))
     taken = upd("in_progress", job_id=2)
-    await store.record(taken, now_ms=2)
+    await store.record(taken)
     assert taken.runner_name
-    activity = await store.activity([taken.runner_name], jobs=[1, 2, 3])
+    activity = await coordination.activity([taken.runner_name], jobs=[1, 2, 3])
     assert activity.queued == {1} and activity.busy == {taken.runner_name}
-    assert (await store.activity([], jobs=[1])).queued == {1}
-    assert await store.activity([]) == Activity(set(), {}, set())
+    assert (await coordination.activity([], jobs=[1])).queued == {1}
+    assert await coordination.activity([]) == Activity(set(), {}, set())
 
 
 async def test_a_job_picked_and_completed_leaves_one_fact_each_for_the_metrics(redis: Redis) -> None:
     store, other = JobStore(redis), JobStore(redis)
-    await store.record(upd("queued"), now_ms=1_000)
-    await store.record(upd("queued"), now_ms=1_500)  # a redelivery: the job still waits since 1,000
+    await store.record(upd("queued"))
+    queued_ms = int((await stored(redis, 101))["queued_ms"])
+    await store.record(upd("queued"))  # a redelivery: the job still waits since it was first queued
+    assert int((await stored(redis, 101))["queued_ms"]) == queued_ms
     picked = upd("in_progress")
-    await store.record(picked, now_ms=4_000)
-    await store.record(upd("in_progress"), now_ms=4_100)  # a duplicate changes nothing: no second fact
-    await store.record(upd("completed"), now_ms=10_000)
+    await store.record(picked)
+    started_ms = int((await stored(redis, 101))["started_ms"])
+    await store.record(upd("in_progress"))  # a duplicate changes nothing: no second fact
+    await store.record(upd("completed"))
+    completed_ms = int((await stored(redis, 101))["updated_ms"])
     first = await store.observations(limit=1)
     rest = await other.observations()  # another replica takes what is left, never the same facts
-    assert [(o.runner, o.kind, o.seconds) for o in first] == [(picked.runner_name, "picked", 3.0)]
+    assert [(o.runner, o.kind, o.seconds) for o in first] == [
+        (picked.runner_name, "picked", (started_ms - queued_ms) / 1000)
+    ]
     assert [(o.runner, o.kind, o.seconds, o.conclusion) for o in rest] == [
-        (picked.runner_name, "completed", 6.0, "success")
+        (picked.runner_name, "completed", (completed_ms - started_ms) / 1000, "success")
     ]
     assert await store.observations() == []
     # A job cancelled before any runner took it is no runner's fact.
-    await store.record(upd("queued", job_id=102), now_ms=1)
-    await store.record(upd("completed", job_id=102, picked=False), now_ms=2)
+    await store.record(upd("queued", job_id=102))
+    await store.record(upd("completed", job_id=102, picked=False))
     assert await store.observations() == []

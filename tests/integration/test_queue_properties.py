@@ -9,8 +9,9 @@ import fakeredis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.jobs import model
-from webhook_scaler.queue import ALL, JobStore, JobUpdate
+from tests.jobs import model, stored
+from webhook_scaler.jobs import ALL, JobUpdate
+from webhook_scaler.queue import JobStore
 
 Event = tuple[str, dict[str, Any]]
 
@@ -40,10 +41,11 @@ def histories(draw: st.DrawFn) -> list[Event]:
 
 
 async def final_state(events: list[Event]) -> tuple[Any, ...]:
-    store = JobStore(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
-    for i, (status, kw) in enumerate(events):
-        await store.record(JobUpdate.from_payload(model(status, **kw)), now_ms=i + 1)
-    record = await store.state(101)
+    redis = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    store = JobStore(redis)
+    for status, kw in events:
+        await store.record(JobUpdate.from_payload(model(status, **kw)))
+    record = await stored(redis, 101)
     queued = [j.job_id for j in await store.queued(ALL)]
     return record["state"], record["rank"], record["attempt"], queued
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 from reconciler.crd import RunnerGroupSpec
 from reconciler.plan import ACTIVE, Create, Delete, Phase, Runner, classify, plan
 from tests.groups import spec
-from webhook_scaler.queue import QueuedJob
+from webhook_scaler.jobs import QueuedJob
 
 NOW = 1_000_000
 
@@ -50,7 +51,9 @@ def runner(name: str, phase: Phase, *, since: int = NOW - 1000, job_id: int | No
             [],
             id="covered-by-its-pending-runner",
         ),
-        pytest.param([job(1, claimed_by="r1")], [], {"in_flight": 1}, [], [], id="covered-by-unseen-runner"),
+        pytest.param(
+            [job(1, claimed_by="r1")], [], {"in_flight": frozenset({"r1"})}, [], [], id="covered-by-unseen-runner"
+        ),
         pytest.param(
             [job(1, claimed_by="r1"), job(2)],
             [runner("r1", Phase.BUSY, job_id=1)],
@@ -137,8 +140,28 @@ def test_plan_table(
 ) -> None:
     extra = {k: v for k, v in kw.items() if k != "spec"}
     result = plan(queued=queued, runners=runners, spec=spec(**kw.get("spec", {})), now_ms=NOW, **extra)
-    assert list(result.create) == creates
+    # Every job of the table was queued for its first attempt: the runner is named for attempt 1.
+    assert all(c.attempt == (1 if c.job_id is not None else 0) for c in result.create)
+    assert [replace(c, attempt=0) for c in result.create] == creates
     assert list(result.delete) == deletes
+
+
+def test_a_rerun_runner_is_for_the_next_attempt() -> None:
+    rerun = replace(job(5), attempt=2)  # a rerun's queued event carries the attempt before it
+    assert [c.attempt for c in plan(queued=[rerun], runners=[], spec=spec(), now_ms=NOW).create] == [3]
+
+
+def test_a_job_claimed_by_a_runner_this_group_lacks_gets_no_runner_and_no_warm_one() -> None:
+    """The job moved to this group from another, whose runner holds the claim (or the cache is behind):
+    it is served there; starting a warm runner in its place would leave one runner too many."""
+    decided = plan(queued=[job(1, claimed_by="elsewhere-1-1")], runners=[], spec=spec(), now_ms=NOW)
+    assert decided.create == ()
+
+
+def test_a_job_whose_runner_is_up_wants_no_second_one_even_without_its_claim() -> None:
+    """The claim expired while its runner waits (say, for a node): the runner still serves the job."""
+    decided = plan(queued=[job(1)], runners=[runner("grp-1-1", Phase.PENDING, job_id=1)], spec=spec(), now_ms=NOW)
+    assert decided.create == ()
 
 
 def test_counts() -> None:
@@ -156,13 +179,14 @@ phases = st.sampled_from(list(Phase))
 
 
 @st.composite
-def situations(draw: st.DrawFn) -> tuple[list[QueuedJob], list[Runner], RunnerGroupSpec, int]:
+def situations(draw: st.DrawFn) -> tuple[list[QueuedJob], list[Runner], RunnerGroupSpec, frozenset[str]]:
     n_runners = draw(st.integers(0, 8))
     runners = [
         runner(f"r{i}", draw(phases), since=draw(st.integers(0, NOW)), job_id=draw(st.none() | st.integers(1, 12)))
         for i in range(n_runners)
     ]
-    names = [r.name for r in runners] + ["ghost"]
+    in_flight = frozenset(f"new{i}" for i in range(draw(st.integers(0, 3))))
+    names = [r.name for r in runners] + ["ghost", *sorted(in_flight)]
     ids = draw(st.lists(st.integers(1, 12), unique=True, max_size=10))
     queued = [job(i, claimed_by=draw(st.none() | st.sampled_from(names))) for i in ids]
     maximum = draw(st.integers(1, 6))
@@ -172,15 +196,15 @@ def situations(draw: st.DrawFn) -> tuple[list[QueuedJob], list[Runner], RunnerGr
         suspend=draw(st.booleans()),
         pendingTimeout=draw(st.sampled_from(["1m", "10m"])),
     )
-    return queued, runners, s, draw(st.integers(0, 3))
+    return queued, runners, s, in_flight
 
 
 @settings(max_examples=400, deadline=None)
 @given(situation=situations())
-def test_properties(situation: tuple[list[QueuedJob], list[Runner], RunnerGroupSpec, int]) -> None:
+def test_properties(situation: tuple[list[QueuedJob], list[Runner], RunnerGroupSpec, frozenset[str]]) -> None:
     queued, runners, s, in_flight = situation
     result = plan(queued=queued, runners=runners, spec=s, now_ms=NOW, in_flight=in_flight)
-    active = sum(1 for r in runners if r.phase in ACTIVE) + in_flight
+    active = sum(1 for r in runners if r.phase in ACTIVE) + len(in_flight)
     after = active - len(result.delete) + len(result.create)
     # Never above the max, unless it already was, and then it never grows.
     assert after <= max(s.max_active_runners, active)
@@ -190,8 +214,10 @@ def test_properties(situation: tuple[list[QueuedJob], list[Runner], RunnerGroupS
     job_ids = [c.job_id for c in result.create if c.job_id is not None]
     assert len(job_ids) == len(set(job_ids))
     live = {r.name for r in runners if r.phase in ACTIVE} - {d.name for d in result.delete}
-    claimed_live = {j.job_id for j in queued if j.claimed_by in live}
+    claimed_live = {j.job_id for j in queued if j.claimed_by in live | in_flight | {"ghost"}}
     assert not claimed_live & set(job_ids)
+    started_for = {r.job_id for r in runners if r.name in live}
+    assert not started_for & set(job_ids)
     # Only our own runners are deleted, each once; busy ones never.
     deleted = [d.name for d in result.delete]
     assert len(deleted) == len(set(deleted))
@@ -203,15 +229,15 @@ def test_properties(situation: tuple[list[QueuedJob], list[Runner], RunnerGroupS
 
 
 def view(name: str, ns: str = "ci", labels: tuple[str, ...] = ("k8s",), **kw: Any) -> Any:
+    from reconciler.assign import GroupView
     from reconciler.labels import effective_labels, names
-    from reconciler.plan import GroupView
 
     s = spec(**kw)
     return GroupView(namespace=ns, name=name, spec=s, label_names=names(effective_labels(labels, s.default_labels)))
 
 
 def test_assign_prefers_most_specific_scope_then_name() -> None:
-    from reconciler.plan import assign
+    from reconciler.assign import assign
 
     groups = [
         view("global", scope="global"),
@@ -235,7 +261,7 @@ def test_assign_prefers_most_specific_scope_then_name() -> None:
 def test_assign_skips_suspended_and_non_matching_labels() -> None:
     from dataclasses import replace
 
-    from reconciler.plan import assign
+    from reconciler.assign import assign
 
     gpu = replace(job(3), labels=("gpu",))
     groups = [
@@ -298,7 +324,7 @@ def assignments(draw: st.DrawFn) -> tuple[list[QueuedJob], list[Any]]:
 
 @given(case=assignments())
 def test_assign_matches_its_definition(case: tuple[list[QueuedJob], list[Any]]) -> None:
-    from reconciler.plan import _SPECIFICITY, assign, covers
+    from reconciler.assign import _SPECIFICITY, assign, covers
 
     jobs, groups = case
     expected: dict[tuple[str, str], list[QueuedJob]] = {(g.namespace, g.name): [] for g in groups}
@@ -356,7 +382,7 @@ def test_a_runner_that_outlives_its_job_is_deleted_after_the_grace() -> None:
     decided = plan(queued=[job(3)], runners=[stuck, fresh], spec=spec(maxActiveRunners=2), now_ms=NOW)
     assert decided.delete == (Delete("r1", "job_over", 1),)
     # Both still count against the cap until they are gone, and neither covers the queued job.
-    assert decided.create == (Create(3, 3),)
+    assert decided.create == (Create(3, 3, attempt=1),)
 
 
 @pytest.mark.parametrize(

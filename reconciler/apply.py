@@ -1,0 +1,213 @@
+"""One group's pass: read its runners and Gitea's word on them, plan, apply the plan, report.
+
+Owns: classifying the group's runner Jobs, the seats a pass starts from (`seating`), deleting and
+creating runners as the plan says (deletions vetted by Gitea first, see `gitea_runners`), one Event
+and one count per failed runner across replicas, the group's metrics and its status write. The
+decisions are `plan`'s; scheduling passes is `controller`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from reconciler.crd import RunnerGroupSpec
+from reconciler.gitea_runners import RunnerRows
+from reconciler.kube import GroupObject, JobObject, Kube, PodObject
+from reconciler.metrics import Metrics
+from reconciler.plan import Create, Phase, Plan, Runner, classify, plan
+from reconciler.seating import Ready, Seating
+from reconciler.settings import Settings
+from reconciler.state import GroupState
+from reconciler.status import desired_status, registration_failed
+from webhook_scaler.coordination import Activity, Coordination
+from webhook_scaler.jobs import QueuedJob
+
+log = logging.getLogger(__name__)
+CREATE_CONCURRENCY = 8  # runner Job creates in flight at once, per group
+STATUS_INTERVAL = 1.0  # seconds between status writes that only change counts
+FAILED_MARK_MS = 24 * 3600 * 1000  # a failed runner is reported once; its Job is gone long before
+_OWN_STATUS = ("seatEpoch",)  # status fields written by `seating`, not by the status of a pass
+
+
+class GroupPass:
+    """Runs passes for the groups of one controller, from its caches."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        kube: Kube,
+        coordination: Coordination,
+        rows: RunnerRows,
+        metrics: Metrics,
+        wake: Callable[[GroupState, int], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.coordination = coordination
+        self.rows = rows
+        self.metrics = metrics
+        self.wake_at = wake  # look at the group again at this time (ms of `clock`)
+        self.clock = clock
+        self.seating = Seating(coordination, kube, claim_ttl_ms=int(settings.claim_ttl * 1000))
+        self.jobs_by_group: Mapping[tuple[str, str], list[JobObject]] = {}
+        self.pods_by_job: Mapping[tuple[str, str], list[PodObject]] = {}
+
+    def jobs_of(self, group: GroupObject) -> list[JobObject]:
+        """The group's runner Jobs in the cache."""
+        return self.jobs_by_group.get((group.namespace, group.name), [])
+
+    def runners(self, group: GroupObject, activity: Activity) -> list[Runner]:
+        """The group's runner Jobs, classified."""
+        out = []
+        for job in self.jobs_of(group):
+            pods = self.pods_by_job.get((job.namespace, job.name), [])
+            out.append(
+                classify(
+                    job.name,
+                    job_id=job.job_id,
+                    created_ms=job.created_ms,
+                    finished=job.finished,
+                    reason=next((p.failure for p in pods if p.failure), job.reason),
+                    pod_phases=[(p.phase, p.running_since_ms) for p in pods],
+                    busy=job.name in activity.busy or self.rows.busy(job.namespace, job.name),
+                    finished_ms=job.finished_ms,
+                    done_ms=activity.done_ms.get(job.name),
+                )
+            )
+        return out
+
+    async def run(self, group: GroupObject, spec: RunnerGroupSpec, queued: list[QueuedJob], state: GroupState) -> Plan:
+        """Plan one group and apply the plan."""
+        jobs = self.jobs_of(group)
+        ready = await self.seating.prepare(group, jobs, state)
+        activity = await self.coordination.activity(
+            [j.name for j in jobs if not j.finished], jobs=[q.job_id for q in queued]
+        )
+        # The queue was read for every group before this pass; a job a runner took since then is busy
+        # in `activity` and must not count as waiting too (it would start a runner nobody needs).
+        queued = [q for q in queued if q.job_id in activity.queued]
+        runners = self.runners(group, activity)
+        now_ms = int(self.clock() * 1000)
+        decided = plan(
+            queued=queued,
+            runners=runners,
+            spec=spec,
+            now_ms=now_ms,
+            in_flight=ready.in_flight,
+            idle_grace_ms=int(self.settings.idle_grace * 1000),
+            backoff_ms=(int(self.settings.runner_backoff_initial * 1000), int(self.settings.runner_backoff_max * 1000)),
+            finish_grace_ms=int(self.settings.finish_grace * 1000),
+        )
+        if decided.wake_at_ms is not None:
+            self.wake_at(state, decided.wake_at_ms)
+        label = f"{group.namespace}/{group.name}"
+        await self._apply_deletes(group, spec, decided, label)
+        created = await self._creates(group, spec, decided.create if ready.wait_until_ms is None else (), ready, label)
+        if ready.wait_until_ms is not None:
+            self.wake_at(state, now_ms + max(0, ready.wait_until_ms - ready.now_ms))
+        await self._report_failures(group, decided, state, label)
+        self._gauges(label, spec, decided, runners, created)
+        await self.write_status(group, self._status(group, spec, decided, state), state)
+        return decided
+
+    def _gauges(self, label: str, spec: RunnerGroupSpec, decided: Plan, runners: list[Runner], created: int) -> None:
+        self.metrics.queued_jobs.labels(group=label).set(decided.counts.queued)
+        self.metrics.active_runners.labels(group=label).set(decided.counts.active - len(decided.create) + created)
+        self.metrics.desired_runners.labels(group=label).set(decided.counts.active)
+        self.metrics.max_runners.labels(group=label).set(spec.max_active_runners)
+        for phase in Phase:
+            self.metrics.runners.labels(group=label, state=phase.value).set(sum(r.phase is phase for r in runners))
+
+    def _status(self, group: GroupObject, spec: RunnerGroupSpec, decided: Plan, state: GroupState) -> dict[str, Any]:
+        return desired_status(
+            generation=group.generation,
+            previous=group.status,
+            spec=spec,
+            counts=decided.counts,
+            now=datetime.fromtimestamp(self.clock(), UTC),
+            invalid="",
+            gitea=state.gitea,
+            last_poll=state.last_poll,
+            failed=decided.failed,
+            backoff=decided.backoff,
+        )
+
+    async def write_status(self, group: GroupObject, status: dict[str, Any], state: GroupState) -> None:
+        """Write a changed status; while only the counts change, at most once per STATUS_INTERVAL, so a
+        burst of runners does not turn into a burst of status writes (a wake-up writes the last one)."""
+        previous = {k: v for k, v in group.status.items() if k not in _OWN_STATUS}
+        if status == previous:
+            return
+        since = time.monotonic() - state.status_written
+        counts_only = all(status.get(k) == previous.get(k) for k in ("conditions", "observedGeneration", "target"))
+        if counts_only and since < STATUS_INTERVAL:
+            self.wake_at(state, int((self.clock() + STATUS_INTERVAL - since) * 1000))
+            return
+        await self.kube.patch_status(group.ref, status)
+        state.status_written = time.monotonic()
+
+    async def _apply_deletes(self, group: GroupObject, spec: RunnerGroupSpec, decided: Plan, label: str) -> None:
+        allowed = await self.rows.vet(group, spec, decided.delete)
+        for d in allowed:
+            await self.kube.delete_job(group.namespace, d.name)
+            await self.coordination.seats(group.uid, free=[d.name])
+            if d.job_id is not None:
+                await self.coordination.release(d.job_id, holder=d.name)
+            self.metrics.runners_deleted.labels(group=label, reason=d.reason).inc()
+            log.info("runner deleted", extra={"group": group.name, "job": d.name, "reason": d.reason})
+        reaped = [d.name for d in allowed if d.reason == "pending_timeout"]
+        if reaped:
+            message = f"Deleted runner Jobs Pending longer than the pendingTimeout: {', '.join(reaped)}"
+            await self.kube.event(group.ref, kind="Warning", reason="RunnerReaped", message=message)
+
+    async def _creates(
+        self, group: GroupObject, spec: RunnerGroupSpec, creates: tuple[Create, ...], ready: Ready, label: str
+    ) -> int:
+        slots = asyncio.Semaphore(CREATE_CONCURRENCY)
+        jobs = self.jobs_of(group)
+        names = [self.seating.name_for(group, c, jobs) for c in creates]
+
+        async def one(c: Create, name: str) -> str:
+            async with slots:
+                return await self.seating.create(group, spec, c, name, ready.epoch)
+
+        results = await asyncio.gather(
+            *(one(c, n) for c, n in zip(creates, names, strict=True)), return_exceptions=True
+        )
+        made = [(c, n) for c, n, r in zip(creates, names, results, strict=True) if r == "created"]
+        for c, name in made:
+            self.metrics.runners_created.labels(group=label, reason="queued" if c.job_id else "warm").inc()
+            if c.queued_ms:
+                self.metrics.time_to_runner.observe(max(0.0, self.clock() - c.queued_ms / 1000))
+            log.info("runner created", extra={"group": group.name, "job": name, "gitea_job_id": c.job_id})
+        if made:
+            ids = ", ".join(str(c.job_id) if c.job_id is not None else "warm" for c, _ in made)
+            message = f"Created {len(made)} runner(s) for jobs: {ids}"
+            await self.kube.event(group.ref, kind="Normal", reason="RunnerCreated", message=message[:1000])
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return len(made)
+
+    async def _report_failures(self, group: GroupObject, decided: Plan, state: GroupState, label: str) -> None:
+        names_now = {r.name for r in decided.failed}
+        for r in decided.failed:
+            if r.name in state.reported_failures:
+                continue
+            # One Event and one count per failed runner across replicas: the first to mark it reports it.
+            if not await self.coordination.lock(
+                f"failed:{r.name}", holder=self.settings.replica_id, ttl_ms=FAILED_MARK_MS
+            ):
+                continue
+            if registration_failed(r):
+                self.metrics.registration_failures.labels(group=label).inc()
+            message = f"Runner Job {r.name} failed ({r.reason}); its slot is free again"
+            await self.kube.event(group.ref, kind="Warning", reason="RunnerFailed", message=message)
+        state.reported_failures = names_now

@@ -1,0 +1,269 @@
+"""The controller: wakes on Redis and Kubernetes events and on timers, and runs each group's pass.
+
+Owns: the wake-ups (the Redis stream, informer events, resync and per-group deadline timers), reading
+demand once per round and giving each queued job to one group (`assign`), one task per RunnerGroup so
+that one group's error or slow API call never stalls another, per-group leases so replicas take turns
+on a group (an economy: the invariants rest on claims, names and seats, see `coordination`), errors by
+kind (`errors`), and the metrics of facts the receivers recorded. A pass itself is `apply`'s; the
+Gitea poll and the ghost sweep are `poller`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from reconciler.apply import GroupPass
+from reconciler.assign import GroupView, assign
+from reconciler.crd import RunnerGroupSpec
+from reconciler.errors import kind_of
+from reconciler.gitea_runners import RunnerRows
+from reconciler.giteaapi import GiteaClient
+from reconciler.kube import GroupObject, JobObject, Kube, PodObject
+from reconciler.labels import effective_labels, names
+from reconciler.metrics import Metrics
+from reconciler.plan import Plan
+from reconciler.poller import Poller
+from reconciler.scheduler import Scheduler, validate
+from reconciler.settings import Settings
+from reconciler.state import GroupState
+from reconciler.tasks import run_together
+from webhook_scaler.coordination import Coordination
+from webhook_scaler.jobs import ALL, QueuedJob
+from webhook_scaler.queue import JobStore
+
+log = logging.getLogger(__name__)
+View = tuple[GroupObject, RunnerGroupSpec | None, str]
+
+
+class Controller:
+    """Runs every RunnerGroup of the watched namespace(s)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        kube: Kube,
+        store: JobStore,
+        gitea: GiteaClient,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.store = store
+        self.metrics = metrics
+        self.clock = clock
+        self.wake = asyncio.Event()
+        self.groups, self.jobs, self.pods = kube.informers(self.wake.set)
+        self.rounds = 0
+        self.coordination = Coordination(store.redis, prefix=store.prefix)
+        self.rows = RunnerRows(gitea, kube, metrics)
+        self.group_pass = GroupPass(
+            settings,
+            kube=kube,
+            coordination=self.coordination,
+            rows=self.rows,
+            metrics=metrics,
+            wake=self._wake_at,
+            clock=clock,
+        )
+        self.scheduler = Scheduler(
+            settings,
+            kube=kube,
+            coordination=self.coordination,
+            group_pass=self.group_pass,
+            metrics=metrics,
+            wake=self.wake.set,
+            keep=self._keep,
+            clock=clock,
+        )
+        self.state = self.scheduler.state
+        self.poller = Poller(
+            settings,
+            kube=kube,
+            store=store,
+            coordination=self.coordination,
+            gitea=gitea,
+            rows=self.rows,
+            views=self.views,
+            state_of=self.scheduler.state_of,
+            wake=self.wake.set,
+            jobs=self.jobs.items,
+        )
+        self._specs: dict[str, tuple[int, RunnerGroupSpec | None, str]] = {}
+        self._group_of_runner: dict[str, str] = {}  # runner Job name -> "namespace/group"
+        self._background: set[asyncio.Task[None]] = set()
+
+    def state_of(self, group: GroupObject) -> GroupState:
+        """What the controller remembers of a group."""
+        return self.scheduler.state_of(group)
+
+    # -- the main loop ----------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Run the informers, the wake-up sources and the reconcile loop until cancelled.
+
+        Every task it started has ended when it returns or raises: the group passes too, so no lease or
+        claim is left mid-write by a stopped replica. A task that ends on its own is a bug; it is raised.
+        """
+        workers = [asyncio.create_task(i.run(), name=f"informer-{i.name}") for i in (self.groups, self.jobs, self.pods)]
+        workers.append(asyncio.create_task(self._follow_redis(), name="follow-redis"))
+        workers.append(asyncio.create_task(self._resync(), name="resync"))
+        if self.settings.poll_enabled:
+            workers.append(asyncio.create_task(self._after_sync(self.poller.poll_forever), name="poll"))
+        if self.settings.ghost_sweep_interval:
+            workers.append(asyncio.create_task(self._after_sync(self.poller.sweep_forever), name="ghost-sweep"))
+        workers.append(asyncio.create_task(self._after_sync(self._reconcile_forever), name="reconcile"))
+        await run_together(workers, what="controller", also=self._passes_and_background)
+
+    def _passes_and_background(self) -> list[asyncio.Task[None]]:
+        return [*(s.task for s in self.state.values() if s.task is not None), *self._background]
+
+    async def _after_sync(self, work: Callable[[], Any]) -> None:
+        for informer in (self.groups, self.jobs, self.pods):
+            await informer.synced.wait()
+        await work()
+
+    async def _reconcile_forever(self) -> None:
+        log.info("caches synced; reconciling")
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            try:
+                await self.reconcile_all()
+            except Exception as exc:  # reading the queue failed: Redis is down or failing over
+                log.warning("reconcile round failed", extra={"error": repr(exc), "kind": kind_of(exc)})
+                await asyncio.sleep(self.settings.retry_initial)
+                self.wake.set()
+
+    async def _follow_redis(self) -> None:
+        last = "$"
+        while True:
+            try:
+                last, changes = await self.store.wait(last, block_ms=1000)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("redis stream unavailable", extra={"error": repr(exc)})
+                await asyncio.sleep(self.settings.retry_initial)
+                continue
+            if changes:
+                self.wake.set()
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.resync_interval)
+            self.wake.set()
+
+    def _wake_at(self, state: GroupState, at_ms: int) -> None:
+        """Look again at the group's next deadline (nothing else would wake the controller then). One
+        timer per group, moved when a pass finds an earlier deadline, so that passes do not pile up timers."""
+        now_ms = int(self.clock() * 1000)
+        timer = state.timer
+        if timer is not None and not timer.cancelled() and now_ms <= state.timer_at_ms <= at_ms:
+            return  # the timer that is set fires first anyway
+        if timer is not None:
+            timer.cancel()
+        state.timer_at_ms = at_ms
+        state.timer = asyncio.get_running_loop().call_later(max(0, at_ms - now_ms) / 1000 + 0.05, self.wake.set)
+
+    # -- one round --------------------------------------------------------------------------------
+    def views(self) -> list[View]:
+        """Every group with its validated spec, or None and the validation message.
+
+        A spec is validated once per generation (the API server bumps it on every spec change).
+        """
+        out: list[View] = []
+        seen: set[str] = set()
+        for group in self.groups.items.values():
+            seen.add(group.uid)
+            cached = self._specs.get(group.uid)
+            if cached is None or cached[0] != group.generation:
+                cached = (group.generation, *validate(group.spec))
+                self._specs[group.uid] = cached
+            out.append((group, cached[1], cached[2]))
+        for uid in set(self._specs) - seen:
+            del self._specs[uid]
+        return out
+
+    def index(self) -> None:
+        """Runner Jobs by group and Pods by Job, once per round, so a round is linear in groups + Jobs."""
+        jobs: dict[tuple[str, str], list[JobObject]] = {}
+        group_of_runner: dict[str, str] = {}
+        for job in self.jobs.items.values():
+            jobs.setdefault((job.namespace, job.group), []).append(job)
+            group_of_runner[job.name] = f"{job.namespace}/{job.group}"
+        pods: dict[tuple[str, str], list[PodObject]] = {}
+        for pod in self.pods.items.values():
+            pods.setdefault((pod.namespace, pod.job_name), []).append(pod)
+        self.group_pass.jobs_by_group, self.group_pass.pods_by_job = jobs, pods
+        self._group_of_runner = group_of_runner
+
+    async def reconcile_all(self) -> None:
+        """Read demand once, give each queued job to one group, and start each group's pass."""
+        self.rounds += 1
+        started = time.perf_counter()
+        views = self.views()
+        self.index()
+        valid = [
+            GroupView(g.namespace, g.name, spec, names(effective_labels(spec.labels, spec.default_labels)))
+            for g, spec, _ in views
+            if spec is not None
+        ]
+        assignment = assign(await self.store.queued(ALL), valid)
+        for group, spec, problem in views:
+            self.scheduler.start(group, spec, problem, assignment.get((group.namespace, group.name), []))
+        await self._observe()
+        self._forget({(g.namespace, g.name) for g, _, _ in views})
+        self.metrics.pass_seconds.observe(time.perf_counter() - started)
+
+    def _forget(self, keys: set[tuple[str, str]]) -> None:
+        for key in set(self.state) - keys:
+            self.metrics.forget(f"{key[0]}/{key[1]}")
+            state = self.state.pop(key)
+            if state.timer is not None:
+                state.timer.cancel()
+            if state.task is not None and not state.task.done():  # its group is gone; run() still awaits it
+                state.task.cancel()
+                self._keep(state.task)
+
+    def _keep(self, task: asyncio.Task[None]) -> None:
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _observe(self) -> None:
+        """Turn the facts the receivers recorded (a runner took a job, a job completed) into the metrics
+        of the runner's group. Each fact is taken by one replica only, so sums across replicas count
+        each job once; facts about runners that are not ours are dropped."""
+        try:
+            facts = await self.store.observations()
+        except Exception as exc:  # the metrics wait for Redis; the round does not
+            log.warning("observations unavailable", extra={"error": repr(exc)})
+            return
+        for fact in facts:
+            group = self._group_of_runner.get(fact.runner)
+            if group is None:
+                continue
+            if fact.kind == "picked":
+                self.metrics.queue_wait.labels(group=group).observe(fact.seconds)
+                continue
+            self.metrics.jobs_completed.labels(group=group, conclusion=fact.conclusion or "unknown").inc()
+            if fact.seconds >= 0:
+                self.metrics.run_seconds.labels(group=group).observe(fact.seconds)
+
+    async def reconcile_group(
+        self, group: GroupObject, spec: RunnerGroupSpec, queued: list[QueuedJob], state: GroupState
+    ) -> Plan:
+        """One group's pass, now (for tests and tools; the loop goes through the scheduler)."""
+        return await self.group_pass.run(group, spec, queued, state)
+
+    async def poll_once(self) -> float | None:
+        """One poll cycle (see `Poller.poll_once`)."""
+        return await self.poller.poll_once()
+
+    async def sweep_once(self) -> int:
+        """One ghost sweep (see `Poller.sweep_once`)."""
+        return await self.poller.sweep_once()

@@ -1,0 +1,186 @@
+"""When each group's pass runs: one task per group, leases across replicas, retries by error kind.
+
+Owns: starting a group's pass unless one runs (then it runs again after), skipping quiet groups,
+the per-group lease, invalid specs (status and one Event per generation), and failures: transient
+ones are retried with backoff and no Event; a permanent one sets `Ready=False ReconcileFailed`, sends
+one Event, and stops the group's passes until its spec or annotations change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from reconciler.apply import GroupPass
+from reconciler.crd import RunnerGroupSpec
+from reconciler.errors import kind_of
+from reconciler.kube import GroupObject, Kube
+from reconciler.metrics import Metrics
+from reconciler.plan import Counts
+from reconciler.settings import Settings
+from reconciler.state import GroupState
+from reconciler.status import desired_status
+from webhook_scaler.coordination import Coordination
+from webhook_scaler.jobs import QueuedJob
+
+log = logging.getLogger(__name__)
+
+
+class Scheduler:
+    """The pass tasks of every group of one controller."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        kube: Kube,
+        coordination: Coordination,
+        group_pass: GroupPass,
+        metrics: Metrics,
+        wake: Callable[[], None],
+        keep: Callable[[asyncio.Task[None]], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.coordination = coordination
+        self.group_pass = group_pass
+        self.metrics = metrics
+        self.wake = wake
+        self.keep = keep  # keeps a background task until it ends (the controller awaits it at exit)
+        self.clock = clock
+        self.state: dict[tuple[str, str], GroupState] = {}
+
+    def state_of(self, group: GroupObject) -> GroupState:
+        """What is remembered of a group."""
+        return self.state.setdefault((group.namespace, group.name), GroupState())
+
+    def start(self, group: GroupObject, spec: RunnerGroupSpec | None, problem: str, queued: list[QueuedJob]) -> None:
+        """Start the group's pass now, unless one runs (it runs again after), or it waits or is quiet."""
+        state = self.state_of(group)
+        if state.task is not None and not state.task.done():
+            state.again = True
+            return
+        if state.stopped is not None:
+            if state.stopped[0] == _version(group):
+                return  # a permanent error: nothing changes until the group does
+            state.stopped = None
+        if state.retry_at > time.monotonic() or self._quiet(group, spec, queued, state):
+            return
+        state.task = asyncio.create_task(self._run(group, spec, problem, queued, state))
+
+    def _quiet(
+        self, group: GroupObject, spec: RunnerGroupSpec | None, queued: list[QueuedJob], state: GroupState
+    ) -> bool:
+        """A group with nothing queued, no runner Jobs, no warm pool, and its status already right has
+        nothing to do: skip its pass (no lease, no Redis or API call). Most groups, most of the time."""
+        if spec is None or queued or self.group_pass.jobs_of(group):
+            return False
+        if spec.min_idle_runners and not spec.suspend:
+            return False
+        seen_as = (group, state.gitea, state.last_poll)
+        if state.quiet_as is not None and all(a is b for a, b in zip(state.quiet_as, seen_as, strict=True)):
+            return True  # nothing changed since it was last found quiet: not even the status to compare
+        status = self._status(group, spec, state, counts=Counts(active=0, idle=0, queued=0))
+        quiet = status == {k: v for k, v in group.status.items() if k != "seatEpoch"}
+        state.quiet_as = seen_as if quiet else None
+        return quiet
+
+    def _status(self, group: GroupObject, spec: RunnerGroupSpec | None, state: GroupState, **kw: Any) -> dict[str, Any]:
+        options: dict[str, Any] = {"counts": None, "invalid": "", "failed": ()} | kw
+        return desired_status(
+            generation=group.generation,
+            previous=group.status,
+            spec=spec,
+            now=datetime.fromtimestamp(self.clock(), UTC),
+            gitea=state.gitea,
+            last_poll=state.last_poll,
+            **options,
+        )
+
+    async def _run(
+        self, group: GroupObject, spec: RunnerGroupSpec | None, problem: str, queued: list[QueuedJob], state: GroupState
+    ) -> None:
+        holder = f"{self.settings.replica_id}/{uuid.uuid4().hex[:8]}"
+        started = time.perf_counter()
+        try:
+            if spec is None:
+                await self._invalid(group, problem, state)
+            elif await self.coordination.lock(group.uid, holder=holder, ttl_ms=int(self.settings.lease_ttl * 1000)):
+                try:
+                    await self.group_pass.run(group, spec, queued, state)
+                finally:
+                    await self.coordination.unlock(group.uid, holder=holder)
+            else:
+                state.again = True  # another replica has it right now; look again shortly
+                await asyncio.sleep(0.05 + random.random() * 0.1)
+            state.backoff = 0.0
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._failed(group, state, exc)
+        finally:
+            self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
+        if state.again:
+            state.again = False
+            self.wake()
+
+    def _failed(self, group: GroupObject, state: GroupState, exc: Exception) -> None:
+        kind = kind_of(exc)
+        self.metrics.errors.labels(group=f"{group.namespace}/{group.name}", kind=kind).inc()
+        state.last_error = str(exc)[:500] or type(exc).__name__
+        extra = {"group": group.name, "namespace": group.namespace, "kind": kind, "error": state.last_error}
+        if kind == "transient":
+            state.backoff = min(max(state.backoff * 2, self.settings.retry_initial), self.settings.retry_max)
+            state.retry_at = time.monotonic() + state.backoff
+            log.warning("group pass failed; retrying", extra=extra)
+            asyncio.get_running_loop().call_later(state.backoff, self.wake)
+            return
+        log.error("group pass failed; stopped until the group changes", extra=extra)
+        state.stopped = (_version(group), state.last_error)
+        self.keep(asyncio.create_task(self._report_stop(group, state)))
+
+    async def _report_stop(self, group: GroupObject, state: GroupState) -> None:
+        status = self._status(group, _spec(group), state, error=state.last_error)
+        try:
+            await self.kube.patch_status(group.ref, status)
+            await self.kube.event(group.ref, kind="Warning", reason="ReconcileError", message=state.last_error)
+        except Exception as exc:  # reporting is best effort; the log has it
+            log.warning("reporting a stop failed", extra={"error": repr(exc)})
+
+    async def _invalid(self, group: GroupObject, problem: str, state: GroupState) -> None:
+        status = self._status(group, None, state, invalid=problem)
+        if status != {k: v for k, v in group.status.items() if k != "seatEpoch"}:
+            await self.kube.patch_status(group.ref, status)
+        if state.invalid_generation != group.generation:
+            state.invalid_generation = group.generation
+            await self.kube.event(group.ref, kind="Warning", reason="InvalidSpec", message=problem)
+
+
+def _version(group: GroupObject) -> tuple[int, str]:
+    """What a user changes to retry a stopped group: its spec (generation) or its annotations."""
+    return group.generation, repr(sorted(group.annotations.items()))
+
+
+def _spec(group: GroupObject) -> RunnerGroupSpec | None:
+    return validate(group.spec)[0]
+
+
+def validate(spec: Mapping[str, Any]) -> tuple[RunnerGroupSpec | None, str]:
+    """A spec validated, or None and what is wrong with it."""
+    try:
+        return RunnerGroupSpec.model_validate(dict(spec)), ""
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
+            for e in exc.errors(include_input=False)
+        )
+        return None, problems

@@ -1,0 +1,119 @@
+"""One group's seats during a pass: the cap on its runners, enforced in Redis (see `coordination`).
+
+Owns: seating the group's active runner Jobs once per seat epoch (after waiting out creates of an
+older epoch that may still land), freeing the seats of Jobs that ended, reclaiming the seats of Jobs
+that were never created, and the create path itself: claim the job, take a seat, check the seat
+right before sending the create, treat 409 as "already there".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from reconciler.crd import RunnerGroupSpec
+from reconciler.kube import GroupObject, JobObject, Kube, PermanentError
+from reconciler.manifests import build_job, job_name, runner_retry, runner_suffix
+from reconciler.plan import Create
+from reconciler.state import GroupState
+from webhook_scaler.coordination import CREATE_DEADLINE_S, RECLAIM_AFTER_S, Coordination
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """The seats a pass starts from: which seated runners the cache does not show yet, the epoch, and,
+    while creates of an older epoch may still land, when creating may resume (Redis ms)."""
+
+    in_flight: frozenset[str]
+    epoch: str
+    wait_until_ms: int | None = None
+    now_ms: int = 0
+
+
+class Seating:
+    """Seats and creates for the groups of one controller."""
+
+    def __init__(self, coordination: Coordination, kube: Kube, *, claim_ttl_ms: int) -> None:
+        self.coordination = coordination
+        self.kube = kube
+        self.claim_ttl_ms = claim_ttl_ms
+
+    async def prepare(self, group: GroupObject, jobs: Sequence[JobObject], state: GroupState) -> Ready:
+        """Bring the group's seats up to date with what the cache shows; see the module doc."""
+        epoch = await self.coordination.epoch(new_id=uuid.uuid4().hex[:12])
+        active = [j.name for j in jobs if not j.finished]
+        if state.epoch != epoch.id:
+            recorded = await self.kube.seat_epoch(group.ref)
+            if recorded not in (None, epoch.id) and epoch.now_ms < epoch.started_ms + RECLAIM_AFTER_S * 1000:
+                # Redis lost the seats: creates granted before may still land. Wait them out.
+                wait = epoch.started_ms + int(RECLAIM_AFTER_S * 1000)
+                return Ready(frozenset(), epoch.id, wait_until_ms=wait, now_ms=epoch.now_ms)
+            await self.coordination.seats(group.uid, adopt=active)
+            if recorded != epoch.id:
+                await self.kube.patch_status(group.ref, {"seatEpoch": epoch.id})
+            state.epoch, state.seated = epoch.id, None
+        ended = [j.name for j in jobs if j.finished and (state.seated is None or j.name in state.seated)]
+        seats = await self.coordination.seats(group.uid, free=ended)
+        known = {j.name for j in jobs}
+        unseen = [n for n, at in seats.held.items() if n not in known]
+        old = [n for n in unseen if seats.held[n] < seats.now_ms - RECLAIM_AFTER_S * 1000]
+        orphans = [n for n in old if not await self.kube.job_exists(group.namespace, n)]
+        if orphans:
+            log.warning("seats of runner Jobs never created freed", extra={"group": group.name, "jobs": orphans})
+            seats = await self.coordination.seats(group.uid, orphans=orphans)
+        state.seated = set(seats.held)
+        return Ready(frozenset(n for n in seats.held if n not in known), epoch.id, now_ms=seats.now_ms)
+
+    def name_for(self, group: GroupObject, c: Create, jobs: Sequence[JobObject]) -> str:
+        """The runner Job's name: fixed by (job, attempt) and the runners for it before (see manifests)."""
+        if c.job_id is None:
+            return job_name(group.name, runner_suffix(None, random_hex=uuid.uuid4().hex))
+        names = [j.name for j in jobs] + ([c.stale_claim] if c.stale_claim else [])
+        tries = [runner_retry(n, job_id=c.job_id, attempt=c.attempt) for n in names]
+        seen = [t for t in tries if t is not None]
+        retry = max(seen) + 1 if seen else 0
+        return job_name(group.name, runner_suffix(c.job_id, attempt=c.attempt, retry=retry))
+
+    async def create(self, group: GroupObject, spec: RunnerGroupSpec, c: Create, name: str, epoch: str) -> str:
+        """Start one runner: "created", "exists" (409: it is there already) or why not ("claimed", "full",
+        "epoch", "late")."""
+        started = time.monotonic()
+        if c.job_id is not None:
+            if c.stale_claim:
+                await self.coordination.release(c.job_id, holder=c.stale_claim)
+            if not await self.coordination.claim(c.job_id, holder=name, ttl_ms=self.claim_ttl_ms):
+                return "claimed"  # another replica, or the job left the queue meanwhile
+        try:
+            outcome = await self._seated_create(group, spec, c, name, epoch, started)
+        except PermanentError:
+            await self.coordination.seats(group.uid, free=[name])  # refused: no such Job exists
+            await self._unclaim(c, name)
+            raise
+        except BaseException:
+            await self._unclaim(c, name)  # the seat stays: the create may have landed
+            raise
+        if outcome not in ("created", "exists"):
+            await self._unclaim(c, name)
+        return outcome
+
+    async def _seated_create(
+        self, group: GroupObject, spec: RunnerGroupSpec, c: Create, name: str, epoch: str, started: float
+    ) -> str:
+        granted = await self.coordination.reserve(group.uid, name, maximum=spec.max_active_runners, epoch=epoch)
+        if granted != 1:
+            return "full" if granted == 0 else "epoch"
+        body = build_job(group.ref, spec, name=name, job_id=c.job_id, queued_ms=c.queued_ms)
+        held = await self.coordination.holds(group.uid, name, epoch=epoch)
+        if not held or time.monotonic() - started > CREATE_DEADLINE_S:
+            await self.coordination.seats(group.uid, free=[name])
+            return "late"
+        return "created" if await self.kube.create_job(body) else "exists"
+
+    async def _unclaim(self, c: Create, name: str) -> None:
+        if c.job_id is not None:
+            await self.coordination.release(c.job_id, holder=name)

@@ -1,0 +1,31 @@
+"""What the controller remembers about one group between passes (nothing it cannot re-derive)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from reconciler.status import Condition
+
+
+@dataclass
+class GroupState:
+    """One group's pass task, retry backoff, last poll result and reporting memory."""
+
+    task: asyncio.Task[None] | None = None
+    again: bool = False
+    backoff: float = 0.0
+    retry_at: float = 0.0
+    reported_failures: set[str] = field(default_factory=set)
+    last_error: str = ""
+    gitea: Condition | None = None
+    last_poll: str | None = None
+    invalid_generation: int = -1
+    # a permanent error stops the group's passes until the group changes: ((generation, annotations), error)
+    stopped: tuple[tuple[int, str], str] | None = None
+    status_written: float = 0.0  # monotonic time of the last status write
+    quiet_as: tuple[object, object, object] | None = None  # (group object, gitea condition, last poll) found quiet
+    timer: asyncio.TimerHandle | None = None  # the wake-up at the group's next deadline
+    timer_at_ms: int = 0
+    seated: set[str] | None = None  # the seats held after the last pass (None: not read yet)
+    epoch: str = ""  # the seat epoch whose active Jobs this replica has seated

@@ -1,0 +1,161 @@
+"""The reconciler replicas' coordination in Redis: claims, leases, seats, and Gitea's word on runners.
+
+Owns every key the reconciler writes (the receiver's job records are `queue`'s). Two invariants
+hold across any number of replicas, whatever their caches show and however their calls interleave:
+
+**One runner per (job, attempt).** A runner Job for a queued job is named from the group, the job id
+and the attempt it will run (see `reconciler.manifests.job_name`), so the API server itself refuses
+a second Job of that name (409 means "there already is one", never "created"). The claim
+(`claim`, SET NX on the job's claim key, only while the job is queued) decides which replica tries
+first, so replicas do not race on the create at all.
+
+**Never more runners than `maxActiveRunners`.** Every runner Job, for a job or warm, holds a *seat*
+in its group's seat set from before it is created until it has ended:
+- a seat is taken by `reserve`, one script that grants it only while fewer seats than the maximum
+  are held; the Job is created only after its seat was granted, and only if `holds` still finds the
+  seat, under the same epoch, right before the create is sent, and no longer than
+  `CREATE_DEADLINE_S` after the reservation began (the create is dropped otherwise);
+- a seat is freed only when its Job was seen Complete or Failed (it never runs again), when a delete
+  of it returned, or when the API server answered 404 for it and the seat is older than
+  `RECLAIM_AFTER_S` (longer than the create deadline plus the API server's request timeout, so a
+  create granted that seat can no longer arrive).
+So the seats held are at least the runner Jobs that may be active, and seats never exceed the
+maximum (active Jobs made before seats existed are seated by `seats` without a check, and then
+block new seats until enough of them end). The per-group lease (`lock`) only spares replicas
+duplicate work; it is not what the invariants rest on.
+
+**When Redis loses the seats** (flushed, or restarted without persistence) a new *epoch* starts with
+the next reservation. Creates reserved in the old epoch fail their `holds` check; ones already sent
+are visible to every cache within `RECLAIM_AFTER_S`. The controller therefore waits that long after
+a new epoch, for groups whose status shows they held seats before, and seats their active Jobs first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from redis.asyncio import Redis
+
+from webhook_scaler.keys import Keys
+from webhook_scaler.scripts import ACTIVITY, CLAIM, EPOCH, HOLDS, RELEASE, RESERVE, SEATS
+
+CREATE_DEADLINE_S = 10.0  # from the start of a reservation to the create being sent
+RECLAIM_AFTER_S = 90.0  # > CREATE_DEADLINE_S + the API server's 60 s request timeout + watch lag
+SEATS_IDLE_TTL_S = 7 * 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """Gitea's word on runners: busy ones (`in_progress`), and when the job of others completed; and
+    which of the jobs asked about are still queued."""
+
+    busy: set[str]
+    done_ms: dict[str, int]
+    queued: set[int] = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True)
+class Epoch:
+    """The seats' current epoch, when it started, and Redis' clock when it was read (ms)."""
+
+    id: str
+    started_ms: int
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Seats:
+    """A group's seats after a pass's changes: name -> seated at (Redis ms), and Redis' clock then."""
+
+    now_ms: int
+    held: dict[str, int]
+
+
+class Coordination:
+    """Typed async operations over the reconciler's keys."""
+
+    def __init__(self, redis: Redis, *, prefix: str = "grs") -> None:
+        self.redis = redis
+        self.keys = Keys(prefix)
+        self._claim = redis.register_script(CLAIM)
+        self._release = redis.register_script(RELEASE)
+        self._activity = redis.register_script(ACTIVITY)
+        self._epoch = redis.register_script(EPOCH)
+        self._reserve = redis.register_script(RESERVE)
+        self._holds = redis.register_script(HOLDS)
+        self._seats = redis.register_script(SEATS)
+
+    async def claim(self, job_id: int, *, holder: str, ttl_ms: int) -> bool:
+        """Atomically take the right to start a runner for a queued job; False if taken or not queued."""
+        keys = [self.keys.claim(job_id), self.keys.job(job_id)]
+        return bool(await self._claim(keys=keys, args=[holder, ttl_ms]))
+
+    async def release(self, job_id: int, *, holder: str) -> None:
+        """Give a claim back (the runner Job could not be created), only if `holder` still has it."""
+        await self._release(keys=[self.keys.claim(job_id)], args=[holder])
+
+    async def lock(self, name: str, *, holder: str, ttl_ms: int) -> bool:
+        """Take a short exclusive lease (e.g. one group's reconcile pass across replicas)."""
+        return bool(await self.redis.set(self.keys.lock(name), holder, nx=True, px=ttl_ms))
+
+    async def unlock(self, name: str, *, holder: str) -> None:
+        """Give a lease back, only if `holder` still has it."""
+        await self._release(keys=[self.keys.lock(name)], args=[holder])
+
+    async def epoch(self, *, new_id: str) -> Epoch:
+        """The seats' epoch; one with id `new_id` starts now if Redis has none (first use, or lost)."""
+        epoch_id, started, now = await self._epoch(keys=[self.keys.epoch], args=[new_id])
+        return Epoch(_text(epoch_id), int(started), int(now))
+
+    async def reserve(self, group_uid: str, name: str, *, maximum: int, epoch: str) -> int:
+        """Take a seat for runner Job `name` if fewer than `maximum` are held (idempotent per name):
+        1 granted, 0 the group is full, -1 the epoch is not `epoch` any more."""
+        seats = self.keys.seats(group_uid)
+        granted = int(await self._reserve(keys=[seats, self.keys.epoch], args=[maximum, name, epoch]))
+        if granted == 1:
+            await self.redis.expire(seats, SEATS_IDLE_TTL_S)
+        return granted
+
+    async def holds(self, group_uid: str, name: str, *, epoch: str) -> bool:
+        """Whether `name` still holds its seat in `epoch` (checked right before its create is sent)."""
+        return bool(await self._holds(keys=[self.keys.seats(group_uid), self.keys.epoch], args=[name, epoch]))
+
+    async def seats(
+        self,
+        group_uid: str,
+        *,
+        free: Sequence[str] = (),
+        adopt: Sequence[str] = (),
+        orphans: Sequence[str] = (),
+    ) -> Seats:
+        """Free the seats of `free`, seat `adopt` if unseated, free `orphans` seated longer than
+        RECLAIM_AFTER_S; return the seats held then."""
+        args: list[str | int] = [int(RECLAIM_AFTER_S * 1000), len(free), len(adopt), *free, *adopt, *orphans]
+        reply = await self._seats(keys=[self.keys.seats(group_uid)], args=args)
+        held = {_text(reply[i]): int(float(_text(reply[i + 1]))) for i in range(1, len(reply), 2)}
+        return Seats(int(reply[0]), held)
+
+    async def activity(self, runners: Sequence[str], *, jobs: Sequence[int] = ()) -> Activity:
+        """What Gitea reported about these runners (which run a job, when the job of others ended) and
+        which of these `jobs` are still queued, read in one atomic script.
+
+        One snapshot matters: a runner that takes a job is busy and the job leaves the queue in one
+        write, so a caller that read the queue a moment earlier learns here that the job is gone, and
+        does not count it as waiting for a runner that is already running it.
+        """
+        if not runners and not jobs:
+            return Activity(set(), {}, set())
+        keys = [self.keys.busy, self.keys.done, *(self.keys.job(j) for j in jobs)]
+        busy, done, states = await self._activity(keys=keys, args=list(runners))
+        return Activity(
+            busy={r for r, v in zip(runners, busy, strict=True) if v},
+            done_ms={r: int(float(_text(v))) for r, v in zip(runners, done, strict=True) if v},
+            queued={j for j, s in zip(jobs, states, strict=True) if s and _text(s) == "queued"},
+        )
+
+
+def _text(value: bytes | str | int) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return str(value)

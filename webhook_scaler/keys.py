@@ -1,0 +1,70 @@
+"""Every Redis key name of the contract, formatted in one place (callers never format a key).
+
+All keys share the hash tag `{prefix}`, so a Redis Cluster keeps them in one slot and every script
+that touches several is legal there.
+
+| key                              | type   | holds                                                | expires           |
+|----------------------------------|--------|------------------------------------------------------|-------------------|
+| `{p}:job:{job_id}`               | hash   | state, rank, labels, owner, repo, times, runner      | job/completed TTL |
+| `{p}:delivery:{delivery_id}`     | string | seen marker for X-Gitea-Delivery                     | delivery TTL      |
+| `{p}:queued`                     | zset   | every queued job id, scored by queued time (ms)      | pruned at job TTL |
+| `{p}:queued:owner:{owner}`       | zset   | queued job ids of one owner (org or user)            | pruned at job TTL |
+| `{p}:queued:repo:{owner}/{repo}` | zset   | queued job ids of one repository                     | pruned at job TTL |
+| `{p}:events`                     | stream | `job`, `state` for every applied change (wake-up)    | MAXLEN ~ 10,000   |
+| `{p}:observed`                   | list   | picked/completed facts for the metrics (JSON)        | last 10,000 kept  |
+| `{p}:busy`                       | zset   | runners running a job (`in_progress`), by start (ms) | pruned at job TTL |
+| `{p}:done`                       | zset   | runners whose job completed, by completion (ms)      | pruned at job TTL |
+| `{p}:claim:{job_id}`             | string | name of the runner Job started for the job           | claim TTL         |
+| `{p}:lock:{name}`                | string | a short lease, e.g. one group's reconcile pass       | lease TTL         |
+| `{p}:seats:{group_uid}`          | zset   | runner Jobs that may be active, by seat time (ms)    | a week idle       |
+| `{p}:epoch`                      | string | `{id}:{start ms}` of the seats' current epoch        | never             |
+
+The first nine are the receiver's job records (`queue`); the rest are the reconciler's coordination
+(`coordination`). Times are Redis' own clock (`TIME`).
+"""
+
+from __future__ import annotations
+
+from webhook_scaler.jobs import ALL, Scope
+
+
+class Keys:
+    """The key names under one prefix."""
+
+    def __init__(self, prefix: str = "grs") -> None:
+        self.p = "{" + prefix + "}"
+        self.stream = f"{self.p}:events"
+        self.observed = f"{self.p}:observed"
+        self.busy = f"{self.p}:busy"
+        self.done = f"{self.p}:done"
+        self.epoch = f"{self.p}:epoch"
+
+    def job(self, job_id: int | str) -> str:
+        """One job's record."""
+        return f"{self.p}:job:{job_id}"
+
+    def delivery(self, delivery_id: str) -> str:
+        """The seen marker of one webhook delivery."""
+        return f"{self.p}:delivery:{delivery_id}"
+
+    def claim(self, job_id: int | str) -> str:
+        """Who started a runner for one job."""
+        return f"{self.p}:claim:{job_id}"
+
+    def lock(self, name: str) -> str:
+        """One lease."""
+        return f"{self.p}:lock:{name}"
+
+    def seats(self, group_uid: str) -> str:
+        """One group's seats."""
+        return f"{self.p}:seats:{group_uid}"
+
+    def index(self, scope: Scope) -> str:
+        """The queued-jobs index of one scope."""
+        if scope.kind == "all":
+            return f"{self.p}:queued"
+        return f"{self.p}:queued:{scope.kind}:{scope.name.lower()}"
+
+    def indexes(self, owner: str, repo: str) -> list[str]:
+        """The three indexes a job of this repository is in."""
+        return [self.index(ALL), self.index(Scope("owner", owner)), self.index(Scope("repo", repo))]

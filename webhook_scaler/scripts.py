@@ -1,0 +1,213 @@
+"""The Lua scripts of the Redis contract, one per state change, each atomic on the server.
+
+Owns only the script texts; `queue` (the receiver's job records) and `coordination` (the
+reconciler's claims, leases and seats) run them. Every script declares every key it touches in KEYS,
+and all keys share one hash tag, so each script touches one Redis Cluster slot. Every ordering and
+expiry decision reads the server's clock (`TIME`), never a caller's: replicas whose clocks disagree
+still agree on what came first.
+"""
+
+from __future__ import annotations
+
+# Redis' clock in milliseconds; every script that orders or expires anything starts with it.
+_NOW = """
+local _t = redis.call('TIME')
+local now = tonumber(_t[1]) * 1000 + math.floor(tonumber(_t[2]) / 1000)
+"""
+
+# KEYS: job, delivery ("" = none), idx all, idx owner, idx repo, claim, stream, busy, done, observations
+# ARGV[1]: one JSON object (one argument packs far faster than thirty): rank, state, ttl (s),
+#   delivery_ttl (s), maxlen, index_age (ms), poll_since (Redis ms, -1 = a webhook), id, fields
+RECORD = (
+    _NOW
+    + """
+local a = cjson.decode(ARGV[1])
+local job, dkey, id = KEYS[1], KEYS[2], a.id
+local rank, state = tonumber(a.rank), a.state
+local poll_since = tonumber(a.poll_since)
+local cur = redis.call('HMGET', job, 'rank', 'state', 'updated_ms', 'queued_ms', 'started_ms', 'runner')
+if dkey ~= '' and redis.call('SET', dkey, '1', 'NX', 'EX', a.delivery_ttl) == false then
+  return {'duplicate', cur[2] or ''}
+end
+if poll_since >= 0 then redis.call('HDEL', job, 'missed') end
+local cur_rank = tonumber(cur[1])
+local apply = cur_rank == nil or rank > cur_rank
+if not apply and poll_since >= 0 and cur[2] ~= state and tonumber(cur[3]) < poll_since then
+  apply = true
+end
+if not apply then return {'stale', cur[2]} end
+redis.call('DEL', job)
+local flat = {'rank', a.rank, 'state', state, 'updated_ms', now}
+for name, value in pairs(a.fields) do
+  if value ~= '' then
+    flat[#flat + 1] = name
+    flat[#flat + 1] = value
+  end
+end
+redis.call('HSET', job, unpack(flat))
+local runner = a.fields.runner
+if runner == '' and state == 'completed' and cur[6] then
+  runner = cur[6]
+  redis.call('HSET', job, 'runner', runner)
+end
+local ttl_ms = tonumber(a.ttl) * 1000
+local observed = nil
+if runner ~= '' then
+  if state == 'in_progress' then
+    redis.call('ZADD', KEYS[8], now, runner)
+    redis.call('HSET', job, 'started_ms', now)
+    if cur[2] == 'queued' and cur[4] then
+      observed = {r = runner, k = 'picked', ms = now - tonumber(cur[4])}
+    end
+  else
+    redis.call('ZREM', KEYS[8], runner)
+    if state == 'completed' then
+      redis.call('ZADD', KEYS[9], now, runner)
+      local ran = -1
+      if cur[2] == 'in_progress' and cur[5] then ran = now - tonumber(cur[5]) end
+      observed = {r = runner, k = 'completed', ms = ran, c = a.fields.conclusion or ''}
+    end
+  end
+  for i = 8, 9 do
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - ttl_ms)
+    redis.call('PEXPIRE', KEYS[i], ttl_ms)
+  end
+end
+if observed then
+  redis.call('RPUSH', KEYS[10], cjson.encode(observed))
+  redis.call('LTRIM', KEYS[10], -10000, -1)
+end
+if state == 'queued' then
+  local since = now
+  if cur[2] == 'queued' and cur[4] then since = tonumber(cur[4]) end
+  redis.call('HSET', job, 'queued_ms', since)
+  for i = 3, 5 do
+    redis.call('ZADD', KEYS[i], since, id)
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - tonumber(a.index_age))
+  end
+else
+  for i = 3, 5 do redis.call('ZREM', KEYS[i], id) end
+  redis.call('DEL', KEYS[6])
+end
+redis.call('EXPIRE', job, a.ttl)
+redis.call('XADD', KEYS[7], 'MAXLEN', '~', a.maxlen, '*', 'job', id, 'state', state)
+return {'applied', cur[2] or '', state}
+"""
+)
+
+# Marks `gone` the queued jobs a complete listing of their scope no longer shows: a job goes only at
+# its second miss in a row (a job listed again in between is reset by RECORD), and only if nothing
+# recorded it since the poll began, so a webhook that arrived while the poll ran wins.
+# KEYS: idx all, idx owner, idx repo, stream, then (job, claim) per id
+# ARGV: poll_since (Redis ms), stream_maxlen, then the ids
+DROP = (
+    _NOW
+    + """
+local dropped = 0
+for i = 3, #ARGV do
+  local id, job, claim = ARGV[i], KEYS[3 + 2 * (i - 2)], KEYS[4 + 2 * (i - 2)]
+  local cur = redis.call('HMGET', job, 'state', 'updated_ms', 'missed')
+  if cur[1] ~= 'queued' then
+    for k = 1, 3 do redis.call('ZREM', KEYS[k], id) end
+  elseif tonumber(cur[2]) < tonumber(ARGV[1]) then
+    if cur[3] then
+      redis.call('HSET', job, 'state', 'gone', 'updated_ms', now)
+      redis.call('HDEL', job, 'missed')
+      redis.call('DEL', claim)
+      for k = 1, 3 do redis.call('ZREM', KEYS[k], id) end
+      redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[2], '*', 'job', id, 'state', 'gone')
+      dropped = dropped + 1
+    else
+      redis.call('HSET', job, 'missed', ARGV[1])
+    end
+  end
+end
+return dropped
+"""
+)
+
+# KEYS: claim, job; ARGV: holder, ttl_ms
+CLAIM = """
+if redis.call('HGET', KEYS[2], 'state') ~= 'queued' then return 0 end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return 0
+"""
+
+# KEYS: a claim or a lease; ARGV: holder
+RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+# KEYS: busy, done, then one job per asked id; ARGV: the runners
+ACTIVITY = """
+local busy, done = {}, {}
+for i = 1, #ARGV do
+  busy[i] = redis.call('ZSCORE', KEYS[1], ARGV[i]) or false
+  done[i] = redis.call('ZSCORE', KEYS[2], ARGV[i]) or false
+end
+local states = {}
+for k = 3, #KEYS do states[k - 2] = redis.call('HGET', KEYS[k], 'state') or false end
+return {busy, done, states}
+"""
+
+# The seats' epoch, started if there is none. KEYS: epoch; ARGV: the id of a new epoch
+# Returns {epoch id, epoch start (ms), now (ms)}
+EPOCH = (
+    _NOW
+    + """
+local epoch = redis.call('GET', KEYS[1])
+if not epoch then
+  epoch = ARGV[1] .. ':' .. now
+  redis.call('SET', KEYS[1], epoch)
+end
+local sep = string.find(epoch, ':', 1, true)
+return {string.sub(epoch, 1, sep - 1), tonumber(string.sub(epoch, sep + 1)), now}
+"""
+)
+
+# A seat for one runner Job, granted only while fewer than `max` are held, in the expected epoch.
+# KEYS: seats, epoch; ARGV: max, name, epoch id. Returns 1 granted (or held already), 0 full,
+# -1 the epoch changed (Redis lost the seats since the caller read it).
+RESERVE = (
+    _NOW
+    + """
+local epoch = redis.call('GET', KEYS[2])
+if not epoch or string.sub(epoch, 1, string.len(ARGV[3]) + 1) ~= ARGV[3] .. ':' then return -1 end
+if redis.call('ZSCORE', KEYS[1], ARGV[2]) then return 1 end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], now, ARGV[2])
+return 1
+"""
+)
+
+# Whether a seat is still held under the epoch it was granted in (checked right before the create).
+# KEYS: seats, epoch; ARGV: name, epoch id
+HOLDS = """
+local epoch = redis.call('GET', KEYS[2])
+if not epoch or string.sub(epoch, 1, string.len(ARGV[2]) + 1) ~= ARGV[2] .. ':' then return 0 end
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 1 end
+return 0
+"""
+
+# One pass's view of a group's seats: frees the seats of runner Jobs that ended or were deleted, seats
+# the active runner Jobs that hold none (made before seats existed, or after Redis lost them), and
+# frees seats older than `reclaim_ms` among the `orphans` (seats of Jobs the API server says do not
+# exist). KEYS: seats; ARGV: reclaim_ms, n_free, n_adopt, free..., adopt..., orphans...
+# Returns {now, name, seated_ms, name, seated_ms, ...} after the changes.
+SEATS = (
+    _NOW
+    + """
+local n_free, n_adopt = tonumber(ARGV[2]), tonumber(ARGV[3])
+for i = 4, 3 + n_free do redis.call('ZREM', KEYS[1], ARGV[i]) end
+for i = 4 + n_free, 3 + n_free + n_adopt do redis.call('ZADD', KEYS[1], 'NX', now, ARGV[i]) end
+for i = 4 + n_free + n_adopt, #ARGV do
+  local seated = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if seated and tonumber(seated) < now - tonumber(ARGV[1]) then redis.call('ZREM', KEYS[1], ARGV[i]) end
+end
+local out = {now}
+local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for i = 1, #all do out[#out + 1] = all[i] end
+return out
+"""
+)
