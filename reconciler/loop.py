@@ -565,7 +565,8 @@ class Controller:
     async def _poll_scope(self, scope: PollScope, groups: list[GroupObject]) -> float | None:
         started_ms = self.now_ms()
         try:
-            polled = await self.gitea.jobs(scope)
+            listing = await self.gitea.jobs(scope)
+            polled, complete = listing.jobs, listing.complete  # noqa: F841 (complete: for the Redis sync, next)
             updates = [JobUpdate.from_job(p.job, repo_full_name=p.repo) for p in polled]
             redis_scope = (
                 ALL if scope.kind == "global" else Scope("repo" if scope.kind == "repo" else "owner", scope.target)
