@@ -5,10 +5,11 @@ our runners leave in Gitea, and the periodic sweep of offline rows whose runner 
 
 - A surplus idle runner (Redis knows no job for it) is deleted only when Gitea proves it idle: its row
   is listed and neither its `busy` flag (a report on a task in the last 10 s) nor an `in_progress` job
-  names it; or a complete one-page listing has no row of that name (it never registered, or Gitea
-  removed it after its job). Anything else, Gitea unreachable included, keeps the runner: a Redis
-  loss or a dropped `in_progress` webhook never costs a running job. A runner found busy is not asked
-  about again for `BUSY_HOLD` seconds: it counts as busy meanwhile.
+  in a complete jobs listing names it; or a complete one-page listing has no row of that name (it
+  never registered, or Gitea removed it after its job). Anything else, Gitea unreachable or a jobs
+  listing that moved under us included, keeps the runner: a Redis loss or a dropped `in_progress`
+  webhook never costs a running job. A runner found busy is not asked about again for `BUSY_HOLD`
+  seconds: it counts as busy meanwhile.
 - Its row is deleted before its Job, so it can take no job once the Job is going. What remains is the
   moment between Gitea's answer and the DELETE (milliseconds, against act_runner's fetch interval of
   seconds), in which Gitea could hand the runner a job; the row's deletion then fails that job.
@@ -28,7 +29,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from reconciler.crd import RunnerGroupSpec
-from reconciler.giteaapi import PAGE_SIZE, GiteaClient, GiteaError, PollScope
+from reconciler.gitea_paging import PAGE_SIZE
+from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
 from reconciler.kube import GroupObject, JobObject, Kube, PermanentError, TransientError
 from reconciler.manifests import RUNNER_SUFFIX, job_name
 from reconciler.metrics import Metrics
@@ -103,8 +105,10 @@ class RunnerRows:
                     extra={"group": group.name, "namespace": group.namespace, "error": str(exc)},
                 )
             return [d for d in deletes if d.reason != "surplus_idle"]
-        rows = {r.name: r for r in listed}
-        complete = len(listed) < PAGE_SIZE  # one page: a name missing from it is missing from Gitea
+        rows = {r.name: r for r in listed.runners}
+        # One short page is one SELECT: a name missing from it is missing from Gitea. Several pages can
+        # miss a row without their count showing it (gitea_paging), so they never prove a runner gone.
+        complete = listed.complete and len(listed.runners) < PAGE_SIZE
         allowed: list[Delete] = []
         for d in deletes:
             row = rows.get(d.name)
@@ -122,10 +126,12 @@ class RunnerRows:
         return allowed
 
     async def _running_on(self, scope: PollScope) -> set[int]:
-        """Ids of the runners Gitea lists an `in_progress` job on."""
-        return {
-            p.job.runner_id for p in await self.gitea.jobs(scope) if p.job.status == "in_progress" and p.job.runner_id
-        }
+        """Ids of the runners Gitea lists an `in_progress` job on; GiteaError if the listing may have
+        missed one (rows moved between its pages)."""
+        listing = await self.gitea.jobs(scope)
+        if not listing.complete:
+            raise GiteaError("jobs listing incomplete: rows moved while it was read", transient=True)
+        return {p.job.runner_id for p in listing.jobs if p.job.status == "in_progress" and p.job.runner_id}
 
     async def _delete(self, scope: PollScope, row: ActionRunner, label: str, *, reason: str) -> bool:
         try:
@@ -154,7 +160,7 @@ class RunnerRows:
             except GiteaError as exc:
                 log.warning("ghost sweep: runners not listed", extra={"scope": repr(scope), "error": str(exc)})
                 continue
-            for row in listed:
+            for row in listed.runners:
                 if row.status != "offline" or row.busy:
                     continue
                 mine = owners(row.name, groups)

@@ -1,17 +1,16 @@
 """The Gitea REST client: the polling fallback (Gitea >= 1.25 for `/actions/jobs`) and runner rows
 (`/actions/runners`, 1.24+).
 
-Owns: the endpoints per scope (seed §6), pagination (`page=1..` with `limit=50`: Gitea 1.25 returns
-every row when `page` is omitted), status filters (`queued` and `in_progress` only; `waiting` and
+Owns: the endpoints per scope (seed §6), status filters (`queued` and `in_progress` only; `waiting` and
 `pending` mean blocked and are never demand), listing and deleting runners, and the
 transient/permanent error split with Retry-After on 429. Must not touch Redis or Kubernetes, and
-never logs or raises the token.
+never logs or raises the token. Paging, and whether a listing holds every row, is gitea_paging's.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
@@ -19,11 +18,10 @@ from urllib.parse import quote
 import aiohttp
 from pydantic import ValidationError
 
+from reconciler.gitea_paging import PAGE_SIZE, Pages, walk
 from webhook_scaler.gitea import ActionRunner, ActionRunnersResponse, RepositoryRef, WorkflowJob, WorkflowJobsResponse
 
 log = logging.getLogger(__name__)
-PAGE_SIZE = 50
-MAX_PAGES = 200  # 10,000 jobs per scope per poll: a runaway guard, not a limit anyone should meet
 
 
 class GiteaError(Exception):
@@ -57,6 +55,23 @@ class PolledJob:
     repo: str  # owner/name
 
 
+@dataclass(frozen=True, slots=True)
+class JobsListing:
+    """A scope's queued and running jobs; `complete`: every row Gitea had was read (gitea_paging), so a
+    job missing here was not queued or running while the listing was taken."""
+
+    jobs: list[PolledJob]
+    complete: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunnersListing:
+    """A scope's runner rows; `complete` as in JobsListing."""
+
+    runners: list[ActionRunner]
+    complete: bool
+
+
 class GiteaClient:
     """Polls Gitea's Actions API over one aiohttp session."""
 
@@ -71,7 +86,9 @@ class GiteaClient:
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._on_request = on_request or (lambda endpoint, outcome: None)
 
-    async def _get(self, scope: PollScope, path: str, params: list[tuple[str, str]], endpoint: str) -> Any:
+    async def _get(
+        self, scope: PollScope, path: str, params: list[tuple[str, str]], endpoint: str
+    ) -> tuple[Any, Mapping[str, str]]:
         return await self._call("GET", scope, path, params, endpoint, ok=(200,))
 
     async def _call(
@@ -83,14 +100,16 @@ class GiteaClient:
         endpoint: str,
         *,
         ok: tuple[int, ...],
-    ) -> Any:
+    ) -> tuple[Any, Mapping[str, str]]:
+        """The decoded body (None unless 200) and the response headers."""
         url = scope.url.rstrip("/") + "/api/v1" + path
         headers = {"Authorization": f"token {scope.token}", "Accept": "application/json"}
         try:
             async with self.session.request(method, url, params=params, headers=headers, timeout=self.timeout) as resp:
                 if resp.status in ok:
                     self._on_request(endpoint, "ok")
-                    return await resp.json(content_type=None) if resp.status == 200 else None
+                    body = await resp.json(content_type=None) if resp.status == 200 else None
+                    return body, resp.headers
                 self._on_request(endpoint, str(resp.status))
                 retry_after = _retry_after(resp.headers.get("Retry-After"))
                 transient = resp.status == 429 or resp.status >= 500
@@ -105,47 +124,44 @@ class GiteaClient:
             raise GiteaError(f"{method} {path}: {type(exc).__name__}", transient=True) from None
 
     async def _pages(
-        self, scope: PollScope, path: str, params: list[tuple[str, str]], endpoint: str, *, key: str = "jobs"
-    ) -> list[Any]:
-        """Every page of a list endpoint; each page is the decoded body (rows under `key`, or a list)."""
-        bodies: list[Any] = []
-        seen = 0
-        for page in range(1, MAX_PAGES + 1):
-            body = await self._get(scope, path, [*params, ("page", str(page)), ("limit", str(PAGE_SIZE))], endpoint)
-            bodies.append(body)
-            count = len(body.get(key) or []) if isinstance(body, dict) else len(body or [])
-            seen += count
-            total = body.get("total_count") if isinstance(body, dict) else None
-            if count < PAGE_SIZE or (total is not None and seen >= int(total)):
-                break
-        return bodies
+        self, scope: PollScope, path: str, params: list[tuple[str, str]], endpoint: str, *, key: str | None
+    ) -> Pages:
+        """Every page of a list endpoint, and whether they hold every row (gitea_paging)."""
 
-    async def jobs(self, scope: PollScope) -> list[PolledJob]:
-        """The scope's jobs that are queued or in progress, over all pages."""
+        async def fetch(page: int) -> tuple[Any, Mapping[str, str]]:
+            return await self._get(scope, path, [*params, ("page", str(page)), ("limit", str(PAGE_SIZE))], endpoint)
+
+        return await walk(fetch, key=key)
+
+    async def jobs(self, scope: PollScope) -> JobsListing:
+        """The scope's jobs that are queued or in progress, over all pages; a user scope lists each
+        repository the user owns, and is complete only if every one of those listings is."""
         if scope.kind == "user":
-            repos = await self.user_repos(scope)
+            repos, complete = await self.user_repos(scope)
             out: list[PolledJob] = []
             for repo in repos:
-                out.extend(await self._repo_jobs(scope, repo))
-            return out
+                listing = await self._repo_jobs(scope, repo)
+                out.extend(listing.jobs)
+                complete = complete and listing.complete
+            return JobsListing(out, complete)
         if scope.kind == "repo":
             return await self._repo_jobs(scope, scope.target)
         path = "/admin/actions/jobs" if scope.kind == "global" else f"/orgs/{quote(scope.target)}/actions/jobs"
         return self._parse_jobs(await self._jobs_pages(scope, path, scope.kind), repo=None)
 
-    async def _repo_jobs(self, scope: PollScope, repo: str) -> list[PolledJob]:
+    async def _repo_jobs(self, scope: PollScope, repo: str) -> JobsListing:
         owner, name = repo.split("/", 1)
         path = f"/repos/{quote(owner)}/{quote(name)}/actions/jobs"
         return self._parse_jobs(await self._jobs_pages(scope, path, "repo"), repo=repo)
 
-    async def _jobs_pages(self, scope: PollScope, path: str, endpoint: str) -> list[Any]:
+    async def _jobs_pages(self, scope: PollScope, path: str, endpoint: str) -> Pages:
         params = [("status", "queued"), ("status", "in_progress")]
-        return await self._pages(scope, path, params, f"{endpoint}_jobs")
+        return await self._pages(scope, path, params, f"{endpoint}_jobs", key="jobs")
 
     @staticmethod
-    def _parse_jobs(bodies: list[Any], *, repo: str | None) -> list[PolledJob]:
+    def _parse_jobs(pages: Pages, *, repo: str | None) -> JobsListing:
         out: list[PolledJob] = []
-        for body in bodies:
+        for body in pages.bodies:
             try:
                 parsed = WorkflowJobsResponse.model_validate(body)
             except ValidationError as exc:
@@ -156,7 +172,7 @@ class GiteaClient:
                     log.warning("job without repository in its url", extra={"job_id": job.id})
                     continue
                 out.append(PolledJob(job=job, repo=full))
-        return out
+        return JobsListing(out, pages.complete)
 
     def _runners_path(self, scope: PollScope) -> str:
         if scope.kind == "repo":
@@ -166,28 +182,28 @@ class GiteaClient:
             return f"/orgs/{quote(scope.target)}/actions/runners"
         return "/user/actions/runners" if scope.kind == "user" else "/admin/actions/runners"
 
-    async def runners(self, scope: PollScope) -> list[ActionRunner]:
+    async def runners(self, scope: PollScope) -> RunnersListing:
         """The runners registered in the scope itself (a repo's list leaves out its owner's runners);
         a user scope lists the token owner's runners."""
-        bodies = await self._pages(scope, self._runners_path(scope), [], f"{scope.kind}_runners", key="runners")
+        pages = await self._pages(scope, self._runners_path(scope), [], f"{scope.kind}_runners", key="runners")
         out: list[ActionRunner] = []
-        for body in bodies:
+        for body in pages.bodies:
             try:
                 out.extend(ActionRunnersResponse.model_validate(body).runners)
             except ValidationError as exc:
                 raise GiteaError("runners list does not fit the model", transient=False) from exc
-        return out
+        return RunnersListing(out, pages.complete)
 
     async def delete_runner(self, scope: PollScope, runner_id: int) -> None:
         """Remove a runner's row; one that is gone already (404) counts as removed."""
         path = f"{self._runners_path(scope)}/{runner_id}"
         await self._call("DELETE", scope, path, [], f"{scope.kind}_runner_delete", ok=(204, 404))
 
-    async def user_repos(self, scope: PollScope) -> list[str]:
-        """`owner/name` of every repository the user owns."""
-        bodies = await self._pages(scope, f"/users/{quote(scope.target)}/repos", [], "user_repos")
+    async def user_repos(self, scope: PollScope) -> tuple[list[str], bool]:
+        """`owner/name` of every repository the user owns, and whether the listing is complete."""
+        pages = await self._pages(scope, f"/users/{quote(scope.target)}/repos", [], "user_repos", key=None)
         repos: list[str] = []
-        for body in bodies:
+        for body in pages.bodies:
             for item in body or []:
                 try:
                     ref = RepositoryRef.model_validate(item)
@@ -195,7 +211,7 @@ class GiteaClient:
                     continue
                 if ref.owner.login.lower() == scope.target.lower():
                     repos.append(ref.full_name)
-        return repos
+        return repos, pages.complete
 
 
 def _retry_after(value: str | None) -> float:

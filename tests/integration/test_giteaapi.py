@@ -27,7 +27,7 @@ async def gitea(aiohttp_server: MakeServer) -> tuple[FakeGitea, str]:
 
 async def client_jobs(url: str, kind: Any, target: str, token: str = TOKEN) -> list[Any]:
     async with aiohttp.ClientSession() as session:
-        return await GiteaClient(session).jobs(PollScope(url, kind, target, token))
+        return (await GiteaClient(session).jobs(PollScope(url, kind, target, token))).jobs
 
 
 async def test_pages_through_every_queued_and_running_job(gitea: tuple[FakeGitea, str]) -> None:
