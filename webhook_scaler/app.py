@@ -13,11 +13,13 @@ import time
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from webhook_scaler import delivery
 from webhook_scaler.metrics import Metrics
 from webhook_scaler.queue import JobStore, JobUpdate, Outcome, Ttls
+from webhook_scaler.redis_client import store_client
 from webhook_scaler.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -132,7 +134,7 @@ async def _mark_stopping(app: web.Application) -> None:
     app[STOPPING].set()
 
 
-def create_app(settings: Settings, *, redis: Redis, registry: CollectorRegistry) -> web.Application:
+def create_app(settings: Settings, *, redis: Redis | RedisCluster, registry: CollectorRegistry) -> web.Application:
     """Build the receiver application around an existing Redis client and metrics registry."""
     # The handler enforces max_body_bytes itself while streaming; this is a backstop.
     app = web.Application(client_max_size=settings.max_body_bytes + 1)
@@ -140,7 +142,7 @@ def create_app(settings: Settings, *, redis: Redis, registry: CollectorRegistry)
     app[REGISTRY] = registry
     app[METRICS] = Metrics.create(registry)
     ttls = Ttls(job=settings.job_ttl, completed=settings.completed_ttl, delivery=settings.delivery_ttl)
-    app[STORE] = JobStore(redis, prefix=settings.redis_prefix, ttls=ttls)
+    app[STORE] = JobStore(store_client(redis), prefix=settings.redis_prefix, ttls=ttls)
     app[STOPPING] = asyncio.Event()
     app.on_shutdown.append(_mark_stopping)
     app.router.add_post(settings.webhook_path, webhook)
