@@ -19,7 +19,8 @@ from reconciler.metrics import Metrics
 from reconciler.settings import Settings
 from webhook_scaler import logs
 from webhook_scaler.config import parse_or_exit
-from webhook_scaler.queue import JobStore, Ttls, connect
+from webhook_scaler.queue import JobStore, Ttls
+from webhook_scaler.redis_client import connect, store_client
 
 log = logging.getLogger("reconciler")
 DESCRIPTION = (
@@ -63,7 +64,7 @@ async def serve(settings: Settings) -> None:
     password = settings.redis_password.get_secret_value() if settings.redis_password else None
     redis = connect(settings.redis_url, password=password, timeout=max(settings.redis_timeout, 6.0))
     ttls = Ttls(job=settings.job_ttl, completed=settings.completed_ttl, delivery=settings.delivery_ttl)
-    store = JobStore(redis, prefix=settings.redis_prefix, ttls=ttls)
+    store = JobStore(store_client(redis), prefix=settings.redis_prefix, ttls=ttls)
     registry = CollectorRegistry()
     metrics = Metrics.create(registry)
     async with aiohttp.ClientSession() as session:

@@ -13,14 +13,22 @@ import asyncio
 from typing import Literal
 
 import aiohttp
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from reconciler.giteaapi import GiteaError
 from reconciler.kube import PermanentError, TransientError
 
 Kind = Literal["transient", "permanent"]
 
-_TRANSIENT = (TransientError, GiteaError, RedisError, OSError, asyncio.TimeoutError, aiohttp.ClientError)
+_TRANSIENT = (
+    TransientError,
+    GiteaError,
+    RedisError,
+    RedisClusterException,
+    OSError,
+    asyncio.TimeoutError,
+    aiohttp.ClientError,
+)
 
 
 def kind_of(exc: BaseException) -> Kind:

@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 from reconciler.crd import crd
 from tests.kube_cluster import KubeCluster, apply_crd
 from tests.redis_server import RedisServer
+from tests.redis_topology import ClusterServers, SentinelServers
 
 DATA = Path(__file__).parent / "data" / "gitea"
 SECRET = "gitea-webhook-test-secret"
@@ -57,6 +58,39 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterServers]:
+    """A real 3-master Redis Cluster on loopback, shared by the session."""
+    servers = ClusterServers(tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelServers]:
+    """A real master, replica and three Sentinels on loopback, shared by the session: no failover here."""
+    servers = SentinelServers(tmp_path_factory.mktemp("redis-sentinel"))
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.stop()
+
+
+@pytest.fixture
+def redis_sentinel_to_fail(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelServers]:
+    """Like `redis_sentinel`, but the test's own, to break (pause the master, force a failover)."""
+    servers = SentinelServers(tmp_path_factory.mktemp("redis-sentinel-failover"))
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.stop()
 
 
 @pytest.fixture(params=["fakeredis", "redis-server"])

@@ -9,7 +9,8 @@ started=$(date +%s)
 step() { printf '\n=== %s (%ss)\n' "$*" "$(( $(date +%s) - started ))"; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
-# redis-server and wrk: the tests' Redis and the ingest benchmark's load generator. The rest runs
+# redis-server and wrk: the tests' Redis (one server, a Cluster, and Sentinels: `redis-server --sentinel`,
+# no other package) and the ingest benchmark's load generator. The rest runs
 # the real node (containerd, runc, the CNI plugins, iptables for kube-proxy) and builds its images;
 # prometheus brings promtool, which unit-tests the chart's alerts.
 PACKAGES=(redis-server wrk containerd runc containernetworking-plugins iptables conntrack socat ethtool

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from webhook_scaler import logs
 from webhook_scaler.app import create_app
 from webhook_scaler.config import parse_or_exit
-from webhook_scaler.queue import connect
+from webhook_scaler.redis_client import connect
 from webhook_scaler.settings import Settings
 
 log = logging.getLogger("webhook_scaler")

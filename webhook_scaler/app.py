@@ -13,12 +13,14 @@ import time
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisClusterException, RedisError
 
 from webhook_scaler import delivery
 from webhook_scaler.jobs import JobUpdate
 from webhook_scaler.metrics import Metrics
 from webhook_scaler.queue import JobStore, Outcome, Ttls
+from webhook_scaler.redis_client import store_client
 from webhook_scaler.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -29,7 +31,7 @@ METRICS = web.AppKey("metrics", Metrics)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 STOPPING = web.AppKey("stopping", asyncio.Event)
 
-_REDIS_ERRORS = (RedisError, OSError, TimeoutError)
+_REDIS_ERRORS = (RedisError, RedisClusterException, OSError, TimeoutError)
 
 
 class _TooLarge(Exception):
@@ -133,7 +135,7 @@ async def _mark_stopping(app: web.Application) -> None:
     app[STOPPING].set()
 
 
-def create_app(settings: Settings, *, redis: Redis, registry: CollectorRegistry) -> web.Application:
+def create_app(settings: Settings, *, redis: Redis | RedisCluster, registry: CollectorRegistry) -> web.Application:
     """Build the receiver application around an existing Redis client and metrics registry."""
     # The handler enforces max_body_bytes itself while streaming; this is a backstop.
     app = web.Application(client_max_size=settings.max_body_bytes + 1)
@@ -141,7 +143,7 @@ def create_app(settings: Settings, *, redis: Redis, registry: CollectorRegistry)
     app[REGISTRY] = registry
     app[METRICS] = Metrics.create(registry)
     ttls = Ttls(job=settings.job_ttl, completed=settings.completed_ttl, delivery=settings.delivery_ttl)
-    app[STORE] = JobStore(redis, prefix=settings.redis_prefix, ttls=ttls)
+    app[STORE] = JobStore(store_client(redis), prefix=settings.redis_prefix, ttls=ttls)
     app[STOPPING] = asyncio.Event()
     app.on_shutdown.append(_mark_stopping)
     app.router.add_post(settings.webhook_path, webhook)

@@ -84,7 +84,7 @@ class JobStore:
         k = self.keys
         keys = [
             k.job(update.job_id),
-            k.delivery(delivery_id) if delivery_id else "",
+            k.delivery(delivery_id or "-"),
             *k.indexes(update.owner, update.repo),
             k.claim(update.job_id),
             k.stream,
@@ -92,7 +92,8 @@ class JobStore:
             k.done,
             k.observed,
         ]
-        reply = await self._record(keys=keys, args=[json.dumps(self._packed(update, polled_since_ms))])
+        packed = self._packed(update, polled_since_ms) | {"delivered": bool(delivery_id)}
+        reply = await self._record(keys=keys, args=[json.dumps(packed)])
         parts = [_text(p) for p in reply]
         return RecordResult(
             outcome=Outcome(parts[0]),
@@ -223,14 +224,3 @@ def _text(value: bytes | str | int) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8")
     return str(value)
-
-
-def connect(url: str, *, password: str | None, timeout: float) -> Redis:
-    """A Redis client that fails fast, so callers can answer 503 instead of hanging."""
-    return Redis.from_url(
-        url,
-        password=password,
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
-        health_check_interval=30,
-    )

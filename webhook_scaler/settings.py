@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from webhook_scaler.config import FromFile
+from webhook_scaler.redis_client import parse_url
 
 
 class RedisSettings(BaseModel):
@@ -17,7 +18,14 @@ class RedisSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    redis_url: str = Field("redis://localhost:6379/0", description="Redis URL (redis:// or rediss://).")
+    redis_url: str = Field(
+        "redis://localhost:6379/0",
+        description=(
+            "Redis URL: redis://host:port/db (rediss:// for TLS) for one server, "
+            "redis+cluster://host:port,host:port for a Redis Cluster, "
+            "redis+sentinel://host:port,host:port/service[/db] for the master Sentinel names."
+        ),
+    )
     redis_password: Annotated[SecretStr | None, FromFile("redis_password")] = Field(
         None, description="Redis password; prefer GRS_REDIS_PASSWORD_FILE or a secretKeyRef env."
     )
@@ -28,6 +36,12 @@ class RedisSettings(BaseModel):
     job_ttl: int = Field(25 * 3600, ge=60, description="Seconds an unfinished job record lives.")
     completed_ttl: int = Field(24 * 3600, ge=60, description="Seconds a finished job is remembered.")
     delivery_ttl: int = Field(24 * 3600, ge=60, description="Seconds a delivery id is remembered.")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _known_topology(cls, value: str) -> str:
+        parse_url(value)  # a ValueError names the problem, never the URL (it may hold a password)
+        return value
 
     @field_validator("redis_password", mode="before")
     @classmethod

@@ -578,3 +578,15 @@ def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
     assert promtool, "promtool is missing: tests/setup.sh installs Debian's prometheus package"
     done = subprocess.run([promtool, "test", "rules", "cases.yaml"], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis+cluster://r-0.redis:6379,r-1.redis:6379", "rediss+sentinel://s-0.redis:26379,s-1.redis:26379/mymaster/1"],
+    ids=["cluster", "sentinel"],
+)
+def test_an_external_cluster_or_sentinel_url_reaches_both_processes(url: str) -> None:
+    sets = ("redis.enabled=false", f"redis.external.url={url.replace(',', chr(92) + ',')}")
+    deployments = [d for d in render("ci", sets=sets) if d["kind"] == "Deployment"]
+    assert len(deployments) == 2
+    assert {_env(d)["GRS_REDIS_URL"] for d in deployments} == {url}
