@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,93 @@ async def test_payload_that_does_not_fit_is_400(client: Client, redis: Redis) ->
     resp = await post(client, body)
     assert resp.status == 400
     assert await redis.dbsize() == 0
+
+
+def changed(status: str, path: str, value: Any) -> dict[str, Any]:
+    """The example payload with the field at a dotted `path` (list indexes as numbers) set to `value`."""
+    body = payload(status)
+    *parents, last = [int(k) if k.isdigit() else k for k in path.split(".")]
+    node: Any = body
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return body
+
+
+INT64_MAX = 2**63 - 1
+_OUT_OF_RANGE = [
+    *(
+        pytest.param(path, value, id=f"{path}={value!r}"[:60])
+        for path in ("workflow_job.id", "workflow_job.run_id", "repository.id", "repository.owner.id")
+        for value in (0, -1, INT64_MAX + 1, "101", 101.0, True, None)
+    ),
+    *(
+        pytest.param("workflow_job.run_attempt", value, id=f"run_attempt={value!r}")
+        for value in (-1, INT64_MAX + 1, "1", 1.0, False)
+    ),
+    pytest.param("workflow_job.runner_id", "12", id="runner_id-string"),
+    pytest.param("workflow_job.status", "running", id="status-not-in-enum"),
+    pytest.param("action", "requested", id="action-not-in-enum"),
+    pytest.param("workflow_job.labels", "ubuntu-latest", id="labels-not-a-list"),
+    pytest.param("workflow_job.labels", [""], id="label-empty"),
+    pytest.param("workflow_job.labels", ["x" * 256], id="label-256-chars"),
+    pytest.param("workflow_job.labels", [f"l{i}" for i in range(65)], id="65-labels"),
+    pytest.param("workflow_job.labels", [7], id="label-a-number"),
+    pytest.param("workflow_job.name", "x" * 256, id="name-256-chars"),
+    pytest.param("workflow_job.name", 7, id="name-a-number"),
+    pytest.param("workflow_job.runner_name", "x" * 256, id="runner_name-256-chars"),
+    pytest.param("workflow_job.head_branch", "x" * 256, id="head_branch-256-chars"),
+    pytest.param("workflow_job.conclusion", "x" * 256, id="conclusion-256-chars"),
+    pytest.param("workflow_job.steps.0.number", "0", id="step-number-string"),
+    *(
+        pytest.param("repository.full_name", value, id=f"full_name={value[:20]!r}")
+        for value in (
+            "widgets",
+            "acme/widgets/x",
+            "acme/",
+            "/widgets",
+            "acme/wid gets",
+            "ac%me/widgets",
+            "acme/wïdgets",
+            "x" * 256 + "/widgets",
+            "acme/" + "x" * 256,
+        )
+    ),
+    pytest.param("repository.name", "a/b", id="repo-name-slash"),
+    pytest.param("repository.owner.login", "ac me", id="owner-login-space"),
+]
+
+
+@pytest.mark.parametrize(("path", "value"), _OUT_OF_RANGE)
+async def test_field_out_of_gitea_range_is_400_naming_it(client: Client, redis: Redis, path: str, value: Any) -> None:
+    resp = await post(client, changed("in_progress", path, value))
+    assert resp.status == 400
+    error = (await resp.json())["error"]
+    assert re.search(rf"does not fit the model: {re.escape(path)}[.:]", error), error
+    assert await redis.dbsize() == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        pytest.param("workflow_job.id", INT64_MAX, id="id-int64-max"),
+        pytest.param("workflow_job.run_id", 1, id="run_id-1"),
+        pytest.param("repository.id", INT64_MAX, id="repository-id-int64-max"),
+        pytest.param("workflow_job.run_attempt", INT64_MAX, id="run_attempt-int64-max"),
+        pytest.param("workflow_job.labels", ["x" * 255], id="label-255-chars"),
+        pytest.param("workflow_job.labels", [f"l{i}" for i in range(64)], id="64-labels"),
+        pytest.param("workflow_job.labels", None, id="labels-null"),
+        pytest.param("workflow_job.labels", [], id="labels-empty"),
+        pytest.param("workflow_job.name", "x" * 255, id="name-255-chars"),
+        pytest.param("workflow_job.runner_name", "r" * 255, id="runner_name-255-chars"),
+        pytest.param("repository.full_name", "A-b_c.9/R.e-p_o", id="full_name-every-character-class"),
+        pytest.param("repository.full_name", "o" * 255 + "/" + "r" * 255, id="full_name-255-each"),
+    ],
+)
+async def test_field_at_the_edge_of_gitea_range_is_recorded(client: Client, path: str, value: Any) -> None:
+    resp = await post(client, changed("in_progress", path, value))
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["outcome"] == "applied"
 
 
 async def test_oversized_body_is_413_before_reading(aiohttp_client: MakeClient, redis: Redis) -> None:
