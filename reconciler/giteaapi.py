@@ -146,11 +146,7 @@ class GiteaClient:
     def _parse_jobs(bodies: list[Any], *, repo: str | None) -> list[PolledJob]:
         out: list[PolledJob] = []
         for body in bodies:
-            try:
-                parsed = WorkflowJobsResponse.model_validate(body)
-            except ValidationError as exc:
-                raise GiteaError("jobs list does not fit the model", transient=False) from exc
-            for job in parsed.jobs:
+            for job in _fitting_jobs(body):
                 full = repo or job.repo_full_name
                 if full is None:
                     log.warning("job without repository in its url", extra={"job_id": job.id})
@@ -196,6 +192,25 @@ class GiteaClient:
                 if ref.owner.login.lower() == scope.target.lower():
                     repos.append(ref.full_name)
         return repos
+
+
+def _fitting_jobs(body: Any) -> tuple[WorkflowJob, ...]:
+    """The page's jobs. A row out of Gitea's types and ranges is logged and left out, as the receiver
+    refuses its webhook; one such row must not stop the poll of every other job in the scope."""
+    try:
+        return WorkflowJobsResponse.model_validate(body).jobs
+    except ValidationError as exc:
+        errors = exc.errors(include_input=False)
+        bad = {err["loc"][1] for err in errors if len(err["loc"]) >= 2 and err["loc"][0] == "jobs"}
+        if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or len(bad) == 0:
+            raise GiteaError("jobs list does not fit the model", transient=False) from exc
+        fields = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in errors[:5])
+        log.warning("jobs left out: they do not fit the model", extra={"rows": len(bad), "fields": fields})
+        kept = [row for i, row in enumerate(body["jobs"]) if i not in bad]
+    try:
+        return WorkflowJobsResponse.model_validate({**body, "jobs": kept}).jobs
+    except ValidationError as exc:
+        raise GiteaError("jobs list does not fit the model", transient=False) from exc
 
 
 def _retry_after(value: str | None) -> float:
