@@ -130,7 +130,7 @@ class RunnerRows:
         missed one (rows moved between its pages)."""
         listing = await self.gitea.jobs(scope)
         if not listing.complete:
-            raise GiteaError("jobs listing incomplete: rows moved while it was read", transient=True)
+            raise GiteaError("jobs listing incomplete: rows moved while it was read")
         return {p.job.runner_id for p in listing.jobs if p.job.status == "in_progress" and p.job.runner_id}
 
     async def _delete(self, scope: PollScope, row: ActionRunner, label: str, *, reason: str) -> bool:

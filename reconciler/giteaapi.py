@@ -25,11 +25,11 @@ log = logging.getLogger(__name__)
 
 
 class GiteaError(Exception):
-    """A failed Gitea call; `transient` says whether retrying later can help."""
+    """A failed Gitea call, with the HTTP status if there was an answer. Callers retry every kind later
+    (the poll backs off, at least as long as Retry-After asks); `status` tells a refused token apart."""
 
-    def __init__(self, message: str, *, transient: bool, status: int | None = None, retry_after: float = 0):
+    def __init__(self, message: str, *, status: int | None = None, retry_after: float = 0):
         super().__init__(message)
-        self.transient = transient
         self.status = status
         self.retry_after = retry_after
 
@@ -112,16 +112,14 @@ class GiteaClient:
                     return body, resp.headers
                 self._on_request(endpoint, str(resp.status))
                 retry_after = _retry_after(resp.headers.get("Retry-After"))
-                transient = resp.status == 429 or resp.status >= 500
                 raise GiteaError(
                     f"{method} {path}: HTTP {resp.status}",
-                    transient=transient,
                     status=resp.status,
                     retry_after=retry_after,
                 )
         except (TimeoutError, aiohttp.ClientError) as exc:
             self._on_request(endpoint, "error")
-            raise GiteaError(f"{method} {path}: {type(exc).__name__}", transient=True) from None
+            raise GiteaError(f"{method} {path}: {type(exc).__name__}") from None
 
     async def _pages(
         self, scope: PollScope, path: str, params: list[tuple[str, str]], endpoint: str, *, key: str | None
@@ -162,11 +160,7 @@ class GiteaClient:
     def _parse_jobs(pages: Pages, *, repo: str | None) -> JobsListing:
         out: list[PolledJob] = []
         for body in pages.bodies:
-            try:
-                parsed = WorkflowJobsResponse.model_validate(body)
-            except ValidationError as exc:
-                raise GiteaError("jobs list does not fit the model", transient=False) from exc
-            for job in parsed.jobs:
+            for job in _fitting_jobs(body):
                 full = repo or job.repo_full_name
                 if full is None:
                     log.warning("job without repository in its url", extra={"job_id": job.id})
@@ -191,7 +185,7 @@ class GiteaClient:
             try:
                 out.extend(ActionRunnersResponse.model_validate(body).runners)
             except ValidationError as exc:
-                raise GiteaError("runners list does not fit the model", transient=False) from exc
+                raise GiteaError("runners list does not fit the model") from exc
         return RunnersListing(out, pages.complete)
 
     async def delete_runner(self, scope: PollScope, runner_id: int) -> None:
@@ -212,6 +206,25 @@ class GiteaClient:
                 if ref.owner.login.lower() == scope.target.lower():
                     repos.append(ref.full_name)
         return repos, pages.complete
+
+
+def _fitting_jobs(body: Any) -> tuple[WorkflowJob, ...]:
+    """The page's jobs. A row out of Gitea's types and ranges is logged and left out, as the receiver
+    refuses its webhook; one such row must not stop the poll of every other job in the scope."""
+    try:
+        return WorkflowJobsResponse.model_validate(body).jobs
+    except ValidationError as exc:
+        errors = exc.errors(include_input=False)
+        bad = {err["loc"][1] for err in errors if len(err["loc"]) >= 2 and err["loc"][0] == "jobs"}
+        if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or len(bad) == 0:
+            raise GiteaError("jobs list does not fit the model") from exc
+        fields = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in errors[:5])
+        log.warning("jobs left out: they do not fit the model", extra={"rows": len(bad), "fields": fields})
+        kept = [row for i, row in enumerate(body["jobs"]) if i not in bad]
+    try:
+        return WorkflowJobsResponse.model_validate({**body, "jobs": kept}).jobs
+    except ValidationError as exc:
+        raise GiteaError("jobs list does not fit the model") from exc
 
 
 def _retry_after(value: str | None) -> float:

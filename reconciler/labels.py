@@ -41,8 +41,3 @@ def effective_labels(labels: Sequence[str], defaults: Sequence[str] | None = Non
 def names(runner_labels: Iterable[str]) -> frozenset[str]:
     """The label names a runner registers with."""
     return frozenset(label_name(label) for label in runner_labels)
-
-
-def matches(job_labels: Iterable[str], runner_names: frozenset[str]) -> bool:
-    """Whether a runner with these label names can take a job with these `runs-on` labels."""
-    return all(label in runner_names for label in job_labels)

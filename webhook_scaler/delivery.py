@@ -126,6 +126,6 @@ def parse(body: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes]) 
         errors = exc.errors(include_input=False)
         if any(err["type"] == "json_invalid" for err in errors):
             raise PayloadError("body is not valid JSON") from exc
-        fields = ", ".join(".".join(str(p) for p in err["loc"]) for err in errors[:5])
+        fields = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in errors[:5])
         raise PayloadError(f"workflow_job payload does not fit the model: {fields}") from exc
     return Delivery(event=event, delivery_id=delivery_id, payload=parsed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from tests.conftest import SECRET, RecordedDelivery
@@ -52,20 +54,37 @@ async def test_real_deliveries_are_recorded(
     assert (again.status, (await again.json())["outcome"]) == (200, "duplicate")
 
 
+async def metric(client: Client, sample: str, **labels: str) -> float:
+    """The sum of /metrics samples with this name that carry these labels (0 when there are none)."""
+    text = await (await client.get("/metrics")).text()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == sample and labels.items() <= s.labels.items()
+    )
+
+
 @pytest.mark.parametrize(
-    "headers",
+    ("headers", "reason"),
     [
-        pytest.param({"X-Gitea-Event": "workflow_job"}, id="missing"),
-        pytest.param({"X-Gitea-Event": "workflow_job", "X-Gitea-Signature": "00" * 32}, id="bad"),
-        pytest.param({"X-Gitea-Event": "workflow_job", "X-Hub-Signature": "sha1=00"}, id="sha1-only"),
+        pytest.param({"X-Gitea-Event": "workflow_job"}, "missing_signature", id="missing"),
+        pytest.param({"X-Gitea-Event": "workflow_job", "X-Gitea-Signature": "00" * 32}, "bad_signature", id="bad"),
+        pytest.param(
+            {"X-Gitea-Event": "workflow_job", "X-Hub-Signature": "sha1=00"}, "missing_signature", id="sha1-only"
+        ),
     ],
 )
-async def test_bad_signature_is_401_and_writes_nothing(client: Client, redis: Redis, headers: dict[str, str]) -> None:
+async def test_bad_signature_is_401_and_writes_nothing(
+    client: Client, redis: Redis, headers: dict[str, str], reason: str
+) -> None:
+    failures = "grs_webhook_signature_failures_total"
+    assert await metric(client, failures) == 0
     resp = await client.post("/webhook", data=json.dumps(payload("queued")).encode(), headers=headers)
     assert resp.status == 401
     assert await redis.dbsize() == 0
-    metrics = await (await client.get("/metrics")).text()
-    assert "grs_webhook_signature_failures_total" in metrics
+    assert await metric(client, failures, reason=reason) == 1
+    assert await metric(client, failures) == 1
 
 
 async def test_malformed_json_is_400_and_writes_nothing(client: Client, redis: Redis) -> None:
@@ -86,6 +105,93 @@ async def test_payload_that_does_not_fit_is_400(client: Client, redis: Redis) ->
     resp = await post(client, body)
     assert resp.status == 400
     assert await redis.dbsize() == 0
+
+
+def changed(status: str, path: str, value: Any) -> dict[str, Any]:
+    """The example payload with the field at a dotted `path` (list indexes as numbers) set to `value`."""
+    body = payload(status)
+    *parents, last = [int(k) if k.isdigit() else k for k in path.split(".")]
+    node: Any = body
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return body
+
+
+INT64_MAX = 2**63 - 1
+_OUT_OF_RANGE = [
+    *(
+        pytest.param(path, value, id=f"{path}={value!r}"[:60])
+        for path in ("workflow_job.id", "workflow_job.run_id", "repository.id", "repository.owner.id")
+        for value in (0, -1, INT64_MAX + 1, "101", 101.0, True, None)
+    ),
+    *(
+        pytest.param("workflow_job.run_attempt", value, id=f"run_attempt={value!r}")
+        for value in (-1, INT64_MAX + 1, "1", 1.0, False)
+    ),
+    pytest.param("workflow_job.runner_id", "12", id="runner_id-string"),
+    pytest.param("workflow_job.status", "running", id="status-not-in-enum"),
+    pytest.param("action", "requested", id="action-not-in-enum"),
+    pytest.param("workflow_job.labels", "ubuntu-latest", id="labels-not-a-list"),
+    pytest.param("workflow_job.labels", [""], id="label-empty"),
+    pytest.param("workflow_job.labels", ["x" * 256], id="label-256-chars"),
+    pytest.param("workflow_job.labels", [f"l{i}" for i in range(65)], id="65-labels"),
+    pytest.param("workflow_job.labels", [7], id="label-a-number"),
+    pytest.param("workflow_job.name", "x" * 256, id="name-256-chars"),
+    pytest.param("workflow_job.name", 7, id="name-a-number"),
+    pytest.param("workflow_job.runner_name", "x" * 256, id="runner_name-256-chars"),
+    pytest.param("workflow_job.head_branch", "x" * 256, id="head_branch-256-chars"),
+    pytest.param("workflow_job.conclusion", "x" * 256, id="conclusion-256-chars"),
+    pytest.param("workflow_job.steps.0.number", "0", id="step-number-string"),
+    *(
+        pytest.param("repository.full_name", value, id=f"full_name={value[:20]!r}")
+        for value in (
+            "widgets",
+            "acme/widgets/x",
+            "acme/",
+            "/widgets",
+            "acme/wid gets",
+            "ac%me/widgets",
+            "acme/wïdgets",
+            "x" * 256 + "/widgets",
+            "acme/" + "x" * 256,
+        )
+    ),
+    pytest.param("repository.name", "a/b", id="repo-name-slash"),
+    pytest.param("repository.owner.login", "ac me", id="owner-login-space"),
+]
+
+
+@pytest.mark.parametrize(("path", "value"), _OUT_OF_RANGE)
+async def test_field_out_of_gitea_range_is_400_naming_it(client: Client, redis: Redis, path: str, value: Any) -> None:
+    resp = await post(client, changed("in_progress", path, value))
+    assert resp.status == 400
+    error = (await resp.json())["error"]
+    assert re.search(rf"does not fit the model: {re.escape(path)}[.:]", error), error
+    assert await redis.dbsize() == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        pytest.param("workflow_job.id", INT64_MAX, id="id-int64-max"),
+        pytest.param("workflow_job.run_id", 1, id="run_id-1"),
+        pytest.param("repository.id", INT64_MAX, id="repository-id-int64-max"),
+        pytest.param("workflow_job.run_attempt", INT64_MAX, id="run_attempt-int64-max"),
+        pytest.param("workflow_job.labels", ["x" * 255], id="label-255-chars"),
+        pytest.param("workflow_job.labels", [f"l{i}" for i in range(64)], id="64-labels"),
+        pytest.param("workflow_job.labels", None, id="labels-null"),
+        pytest.param("workflow_job.labels", [], id="labels-empty"),
+        pytest.param("workflow_job.name", "x" * 255, id="name-255-chars"),
+        pytest.param("workflow_job.runner_name", "r" * 255, id="runner_name-255-chars"),
+        pytest.param("repository.full_name", "A-b_c.9/R.e-p_o", id="full_name-every-character-class"),
+        pytest.param("repository.full_name", "o" * 255 + "/" + "r" * 255, id="full_name-255-each"),
+    ],
+)
+async def test_field_at_the_edge_of_gitea_range_is_recorded(client: Client, path: str, value: Any) -> None:
+    resp = await post(client, changed("in_progress", path, value))
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["outcome"] == "applied"
 
 
 async def test_oversized_body_is_413_before_reading(aiohttp_client: MakeClient, redis: Redis) -> None:
@@ -134,11 +240,10 @@ async def test_health_readiness_and_metrics(client: Client) -> None:
     assert (await client.get("/healthz")).status == 200
     assert (await client.get("/readyz")).status == 200
     await post(client, payload("queued"))
-    text = await (await client.get("/metrics")).text()
-    assert 'grs_webhook_deliveries_total{event="workflow_job",outcome="applied"} 1.0' in text
-    assert 'grs_webhook_jobs_recorded_total{state="queued"} 1.0' in text
-    assert "grs_webhook_redis_write_duration_seconds_bucket" in text
-    assert "grs_webhook_request_duration_seconds_count" in text
+    assert await metric(client, "grs_webhook_deliveries_total", event="workflow_job", outcome="applied") == 1
+    assert await metric(client, "grs_webhook_jobs_recorded_total", state="queued") == 1
+    assert await metric(client, "grs_webhook_redis_write_duration_seconds_count") == 1
+    assert await metric(client, "grs_webhook_request_duration_seconds_count") == 1
 
 
 async def test_redis_down_gives_503_then_recovers(aiohttp_client: MakeClient, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
+from reconciler.giteaapi import GiteaClient, GiteaError, PollScope, _fitting_jobs
 from tests.fake_gitea import FakeGitea, SwaggerValidator
 
 MakeServer = Callable[[web.Application], Awaitable[TestServer]]
@@ -65,23 +65,44 @@ async def test_each_scope_uses_its_endpoint(
     assert fake.requests[endpoint] >= 1
 
 
+async def test_a_row_out_of_range_is_left_out_not_the_page(gitea: tuple[FakeGitea, str]) -> None:
+    fake, url = gitea
+    for i in (1, 2, 3):
+        fake.add_job(i, repo="acme/widgets")
+    fake.jobs[2]["labels"] = [""]  # no runner can have an empty label: not a job Gitea would list
+    assert sorted(p.job.id for p in await client_jobs(url, "org", "acme")) == [1, 3]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param({"jobs": [], "total_count": -1}, id="envelope"),
+        pytest.param({"jobs": "x", "total_count": 1}, id="jobs-not-a-list"),
+        pytest.param([], id="not-an-object"),
+    ],
+)
+def test_a_page_that_does_not_fit_is_an_error(body: Any) -> None:
+    with pytest.raises(GiteaError, match="does not fit"):
+        _fitting_jobs(body)
+
+
 async def test_errors_are_typed_and_never_show_the_token(gitea: tuple[FakeGitea, str]) -> None:
     fake, url = gitea
     with pytest.raises(GiteaError) as err:
         await client_jobs(url, "org", "acme", token="wrong")
-    assert not err.value.transient and err.value.status == 401
+    assert err.value.status == 401
     fake.fail_with = 429
     with pytest.raises(GiteaError) as err:
         await client_jobs(url, "org", "acme")
-    assert err.value.transient
+    assert err.value.status == 429
     fake.fail_with = 503
     with pytest.raises(GiteaError) as err:
         await client_jobs(url, "org", "acme")
-    assert err.value.transient and TOKEN not in str(err.value)
+    assert TOKEN not in str(err.value)
     assert TOKEN not in repr(PollScope(url, "org", "acme", TOKEN))
     with pytest.raises(GiteaError) as err:
         await client_jobs("http://127.0.0.1:1", "org", "acme")
-    assert err.value.transient
+    assert err.value.status is None and "ClientConnectorError" in str(err.value)
 
 
 async def test_fake_reproduces_gitea_quirks(gitea: tuple[FakeGitea, str]) -> None:

@@ -103,7 +103,10 @@ async def test_claim_expires(redis: Redis) -> None:
     store = JobStore(redis)
     await store.record(upd("queued"))
     assert await Coordination(redis).claim(101, holder="a", ttl_ms=50)
-    await asyncio.sleep(0.2)
+    for _ in range(500):  # until Redis has expired the claim (at most 5 s), not a guess at how long that takes
+        if not await redis.exists("{grs}:claim:101"):
+            break
+        await asyncio.sleep(0.01)
     assert await Coordination(redis).claim(101, holder="b", ttl_ms=50)
 
 
@@ -167,8 +170,9 @@ async def test_poll_settles_a_rerun_webhooks_cannot_tell_apart(redis: Redis) -> 
 async def test_wake_up_stream_reports_every_applied_change(redis: Redis) -> None:
     store = JobStore(redis)
     last, _ = await store.wait("0", block_ms=1)
-    waiter = asyncio.create_task(store.wait("$", block_ms=5000))
-    await asyncio.sleep(0.05)
+    # From the id read so far, not "$": the waiter then sees the entry whether or not its XREAD reached
+    # Redis before the record, so the test need not guess how long that takes.
+    waiter = asyncio.create_task(store.wait(last, block_ms=5000))
     await store.record(upd("queued", job_id=9))
     last, changes = await asyncio.wait_for(waiter, 5)
     assert changes == [(9, "queued")]
