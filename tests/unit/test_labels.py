@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.labels import DEFAULT_LABELS, effective_labels, label_name, names
 from reconciler.assign import GroupView, assign
+from reconciler.labels import DEFAULT_LABELS, effective_labels, label_name, names
 from tests.groups import spec
 from webhook_scaler.jobs import QueuedJob
 
