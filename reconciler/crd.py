@@ -230,6 +230,10 @@ _STATUS = {
         "queuedJobs": {"type": "integer", "description": "Queued Gitea jobs this group serves."},
         "lastCheckTime": {"type": "string", "format": "date-time", "description": "Last poll of Gitea."},
         "observedGeneration": {"type": "integer", "format": "int64"},
+        "seatEpoch": {
+            "type": "string",
+            "description": "The Redis seat epoch whose runner Jobs hold seats (see README: How runners are decided).",
+        },
         "conditions": {
             "type": "array",
             "items": _CONDITION,

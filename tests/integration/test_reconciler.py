@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -351,6 +351,26 @@ async def test_spec_the_schema_allows_but_the_controller_refuses_is_reported(
     assert (cond["status"], cond["reason"]) == ("False", "InvalidSpec")
     assert "duration" in cond["message"]
     assert "duration" in warned[0]["message"]
+
+
+async def test_runner_jobs_hold_seats_under_the_epoch_the_status_records(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    """Every runner Job holds a seat in its group's set, and the group's status records the seat epoch
+    (it tells a replica after a Redis loss that creates of an older epoch may still land)."""
+    ns = namespace(kube)
+    create_group(kube, ns, "seated", maxActiveRunners=2, labels=[], defaultLabels=[])
+    for job_id in (31, 32, 33):
+        await queue(redis, job_id, labels=[])
+    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+        jobs = await eventually(lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns)] or None)
+        epoch = cast("bytes", await redis.get("{grs}:epoch")).decode().split(":")[0]
+        recorded = await eventually(lambda: group_status(kube, ns, "seated").get("seatEpoch"))
+        group_obj = next(g for g in controller.groups.items.values() if g.name == "seated")
+        seats = cast("list[bytes]", await redis.zrange(f"{{grs}}:seats:{group_obj.uid}", 0, -1))
+    assert recorded == epoch
+    assert sorted(jobs) == sorted(s.decode() for s in seats) and len(jobs) == 2
+    assert all(name.startswith("seated-3") and name.endswith("-1") for name in jobs)  # {job id}-{attempt}
 
 
 async def test_stuck_pending_runner_is_reaped_and_retried(
