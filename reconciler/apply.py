@@ -23,7 +23,7 @@ from reconciler.plan import Create, Phase, Plan, Runner, classify, plan
 from reconciler.seating import Ready, Seating
 from reconciler.settings import Settings
 from reconciler.state import GroupState
-from reconciler.status import desired_status, registration_failed
+from reconciler.status import desired_status, pass_fields, registration_failed
 from webhook_scaler.coordination import Activity, Coordination
 from webhook_scaler.jobs import QueuedJob
 
@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 CREATE_CONCURRENCY = 8  # runner Job creates in flight at once, per group
 STATUS_INTERVAL = 1.0  # seconds between status writes that only change counts
 FAILED_MARK_MS = 24 * 3600 * 1000  # a failed runner is reported once; its Job is gone long before
-_OWN_STATUS = ("seatEpoch",)  # status fields written by `seating`, not by the status of a pass
 
 
 class GroupPass:
@@ -142,7 +141,7 @@ class GroupPass:
     async def write_status(self, group: GroupObject, status: dict[str, Any], state: GroupState) -> None:
         """Write a changed status; while only the counts change, at most once per STATUS_INTERVAL, so a
         burst of runners does not turn into a burst of status writes (a wake-up writes the last one)."""
-        previous = {k: v for k, v in group.status.items() if k not in _OWN_STATUS}
+        previous = pass_fields(group.status)
         if status == previous:
             return
         since = time.monotonic() - state.status_written

@@ -32,6 +32,7 @@ from reconciler.manifests import (
     SELECTOR,
     GroupRef,
 )
+from reconciler.status import SEAT_EPOCH
 from reconciler.tasks import run_together
 
 log = logging.getLogger(__name__)
@@ -411,7 +412,7 @@ class Kube:
             raise classify(exc) from None
         except (TimeoutError, OSError, aiohttp.ClientError) as exc:
             raise classify(exc) from None
-        return cast("str | None", (raw.get("status") or {}).get("seatEpoch"))
+        return cast("str | None", (raw.get("status") or {}).get(SEAT_EPOCH))
 
     async def delete_job(self, namespace: str, name: str) -> None:
         """Delete a Job and its Pods; 404 is success."""

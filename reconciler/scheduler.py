@@ -27,7 +27,7 @@ from reconciler.metrics import Metrics
 from reconciler.plan import Counts
 from reconciler.settings import Settings
 from reconciler.state import GroupState
-from reconciler.status import desired_status
+from reconciler.status import desired_status, pass_fields
 from webhook_scaler.coordination import Coordination
 from webhook_scaler.jobs import QueuedJob
 
@@ -90,7 +90,7 @@ class Scheduler:
         if state.quiet_as is not None and all(a is b for a, b in zip(state.quiet_as, seen_as, strict=True)):
             return True  # nothing changed since it was last found quiet: not even the status to compare
         status = self._status(group, spec, state, counts=Counts(active=0, idle=0, queued=0))
-        quiet = status == {k: v for k, v in group.status.items() if k != "seatEpoch"}
+        quiet = status == pass_fields(group.status)
         state.quiet_as = seen_as if quiet else None
         return quiet
 
@@ -158,7 +158,7 @@ class Scheduler:
 
     async def _invalid(self, group: GroupObject, problem: str, state: GroupState) -> None:
         status = self._status(group, None, state, invalid=problem)
-        if status != {k: v for k, v in group.status.items() if k != "seatEpoch"}:
+        if status != pass_fields(group.status):
             await self.kube.patch_status(group.ref, status)
         if state.invalid_generation != group.generation:
             state.invalid_generation = group.generation

@@ -19,6 +19,7 @@ from reconciler.kube import GroupObject, JobObject, Kube, PermanentError
 from reconciler.manifests import build_job, job_name, runner_retry, runner_suffix
 from reconciler.plan import Create
 from reconciler.state import GroupState
+from reconciler.status import SEAT_EPOCH
 from webhook_scaler.coordination import CREATE_DEADLINE_S, RECLAIM_AFTER_S, Coordination
 
 log = logging.getLogger(__name__)
@@ -46,22 +47,21 @@ class Seating:
     async def prepare(self, group: GroupObject, jobs: Sequence[JobObject], state: GroupState) -> Ready:
         """Bring the group's seats up to date with what the cache shows; see the module doc."""
         epoch = await self.coordination.epoch(new_id=uuid.uuid4().hex[:12])
-        active = [j.name for j in jobs if not j.finished]
-        if state.epoch != epoch.id:
-            recorded = await self.kube.seat_epoch(group.ref)
-            if recorded not in (None, epoch.id) and epoch.now_ms < epoch.started_ms + RECLAIM_AFTER_S * 1000:
-                # Redis lost the seats: creates granted before may still land. Wait them out.
-                wait = epoch.started_ms + int(RECLAIM_AFTER_S * 1000)
-                return Ready(frozenset(), epoch.id, wait_until_ms=wait, now_ms=epoch.now_ms)
-            await self.coordination.seats(group.uid, adopt=active)
-            if recorded != epoch.id:
-                await self.kube.patch_status(group.ref, {"seatEpoch": epoch.id})
-            state.epoch, state.seated = epoch.id, None
-        ended = [j.name for j in jobs if j.finished and (state.seated is None or j.name in state.seated)]
-        seats = await self.coordination.seats(group.uid, free=ended)
+        fresh = state.epoch != epoch.id  # this replica has not seated the group's Jobs in this epoch
+        recorded = await self.kube.seat_epoch(group.ref) if fresh else epoch.id
+        if recorded not in (None, epoch.id) and epoch.now_ms < epoch.started_ms + RECLAIM_AFTER_S * 1000:
+            # Redis lost the seats: creates granted before may still land. Wait them out.
+            wait = epoch.started_ms + int(RECLAIM_AFTER_S * 1000)
+            return Ready(frozenset(), epoch.id, wait_until_ms=wait, now_ms=epoch.now_ms)
+        ended = [j.name for j in jobs if j.finished and (fresh or state.seated is None or j.name in state.seated)]
+        adopt = [j.name for j in jobs if not j.finished] if fresh else []
+        seats = await self.coordination.seats(group.uid, free=ended, adopt=adopt)
+        if recorded != epoch.id:
+            await self.kube.patch_status(group.ref, {SEAT_EPOCH: epoch.id})
+        state.epoch = epoch.id
         known = {j.name for j in jobs}
-        unseen = [n for n, at in seats.held.items() if n not in known]
-        old = [n for n in unseen if seats.held[n] < seats.now_ms - RECLAIM_AFTER_S * 1000]
+        cutoff = seats.now_ms - RECLAIM_AFTER_S * 1000
+        old = [n for n, at in seats.held.items() if n not in known and at < cutoff]
         orphans = [n for n in old if not await self.kube.job_exists(group.namespace, n)]
         if orphans:
             log.warning("seats of runner Jobs never created freed", extra={"group": group.name, "jobs": orphans})

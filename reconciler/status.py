@@ -43,6 +43,14 @@ def _conditions(previous: Mapping[str, Any], wanted: Sequence[Condition], *, now
     return out
 
 
+SEAT_EPOCH = "seatEpoch"  # written by `seating` alone; a pass's status neither sets nor compares it
+
+
+def pass_fields(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a stored status a pass writes: what `desired_status` is compared with."""
+    return {k: v for k, v in status.items() if k != SEAT_EPOCH}
+
+
 def timestamp(moment: datetime) -> str:
     """A status time: UTC, to the second, with a Z."""
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")

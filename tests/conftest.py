@@ -6,7 +6,7 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import fakeredis
 import pytest
@@ -60,37 +60,34 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.stop()
 
 
-@pytest.fixture(scope="session")
-def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterServers]:
-    """A real 3-master Redis Cluster on loopback, shared by the session."""
-    servers = ClusterServers(tmp_path_factory.mktemp("redis-cluster"))
+Topology = TypeVar("Topology", ClusterServers, SentinelServers)
+
+
+def _running(servers: Topology) -> Iterator[Topology]:
+    """Start the servers, hand them over, and stop every one of them by PID afterwards."""
     try:
         servers.start()
         yield servers
     finally:
         servers.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterServers]:
+    """A real 3-master Redis Cluster on loopback, shared by the session."""
+    yield from _running(ClusterServers(tmp_path_factory.mktemp("redis-cluster")))
 
 
 @pytest.fixture(scope="session")
 def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelServers]:
     """A real master, replica and three Sentinels on loopback, shared by the session: no failover here."""
-    servers = SentinelServers(tmp_path_factory.mktemp("redis-sentinel"))
-    try:
-        servers.start()
-        yield servers
-    finally:
-        servers.stop()
+    yield from _running(SentinelServers(tmp_path_factory.mktemp("redis-sentinel")))
 
 
 @pytest.fixture
 def redis_sentinel_to_fail(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelServers]:
     """Like `redis_sentinel`, but the test's own, to break (pause the master, force a failover)."""
-    servers = SentinelServers(tmp_path_factory.mktemp("redis-sentinel-failover"))
-    try:
-        servers.start()
-        yield servers
-    finally:
-        servers.stop()
+    yield from _running(SentinelServers(tmp_path_factory.mktemp("redis-sentinel-failover")))
 
 
 @pytest.fixture(params=["fakeredis", "redis-server"])

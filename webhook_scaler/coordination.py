@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
-from webhook_scaler.keys import Keys
+from webhook_scaler.keys import Keys, text
 from webhook_scaler.scripts import ACTIVITY, CLAIM, EPOCH, HOLDS, RELEASE, RESERVE, SEATS
 
 CREATE_DEADLINE_S = 10.0  # from the start of a reservation to the create being sent
@@ -106,7 +106,7 @@ class Coordination:
     async def epoch(self, *, new_id: str) -> Epoch:
         """The seats' epoch; one with id `new_id` starts now if Redis has none (first use, or lost)."""
         epoch_id, started, now = await self._epoch(keys=[self.keys.epoch], args=[new_id])
-        return Epoch(_text(epoch_id), int(started), int(now))
+        return Epoch(text(epoch_id), int(started), int(now))
 
     async def reserve(self, group_uid: str, name: str, *, maximum: int, epoch: str) -> int:
         """Take a seat for runner Job `name` if fewer than `maximum` are held (idempotent per name):
@@ -133,7 +133,7 @@ class Coordination:
         RECLAIM_AFTER_S; return the seats held then."""
         args: list[str | int] = [int(RECLAIM_AFTER_S * 1000), len(free), len(adopt), *free, *adopt, *orphans]
         reply = await self._seats(keys=[self.keys.seats(group_uid)], args=args)
-        held = {_text(reply[i]): int(float(_text(reply[i + 1]))) for i in range(1, len(reply), 2)}
+        held = {text(reply[i]): int(float(text(reply[i + 1]))) for i in range(1, len(reply), 2)}
         return Seats(int(reply[0]), held)
 
     async def activity(self, runners: Sequence[str], *, jobs: Sequence[int] = ()) -> Activity:
@@ -150,12 +150,6 @@ class Coordination:
         busy, done, states = await self._activity(keys=keys, args=list(runners))
         return Activity(
             busy={r for r, v in zip(runners, busy, strict=True) if v},
-            done_ms={r: int(float(_text(v))) for r, v in zip(runners, done, strict=True) if v},
-            queued={j for j, s in zip(jobs, states, strict=True) if s and _text(s) == "queued"},
+            done_ms={r: int(float(text(v))) for r, v in zip(runners, done, strict=True) if v},
+            queued={j for j, s in zip(jobs, states, strict=True) if s and text(s) == "queued"},
         )
-
-
-def _text(value: bytes | str | int) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    return str(value)

@@ -68,3 +68,10 @@ class Keys:
     def indexes(self, owner: str, repo: str) -> list[str]:
         """The three indexes a job of this repository is in."""
         return [self.index(ALL), self.index(Scope("owner", owner)), self.index(Scope("repo", repo))]
+
+
+def text(value: bytes | str | int) -> str:
+    """A Redis reply value as text."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return str(value)

@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 
 from webhook_scaler.gitea import JobStatus
 from webhook_scaler.jobs import ALL, JobUpdate, Observation, QueuedJob, Scope
-from webhook_scaler.keys import Keys
+from webhook_scaler.keys import Keys, text
 from webhook_scaler.scripts import DROP, RECORD
 
 
@@ -94,7 +94,7 @@ class JobStore:
         ]
         packed = self._packed(update, polled_since_ms) | {"delivered": bool(delivery_id)}
         reply = await self._record(keys=keys, args=[json.dumps(packed)])
-        parts = [_text(p) for p in reply]
+        parts = [text(p) for p in reply]
         return RecordResult(
             outcome=Outcome(parts[0]),
             previous=parts[1] or None,
@@ -142,7 +142,7 @@ class JobStore:
         if not complete:
             return added, 0
         members = cast("list[bytes]", await self.redis.zrange(self.keys.index(scope), 0, -1))
-        missing = [m for m in (_text(b) for b in members) if m not in listed]
+        missing = [m for m in (text(b) for b in members) if m not in listed]
         dropped = 0
         for (owner, repo), ids in (await self._owner_repo_of(missing)).items():
             keys = [*self.keys.indexes(owner, repo), self.keys.stream]
@@ -155,7 +155,7 @@ class JobStore:
         rows = await self._hmget_each(ids, ("owner", "repo"))
         grouped: dict[tuple[str, str], list[str]] = {}
         for job_id, (owner, repo, _claim) in zip(ids, rows, strict=True):
-            grouped.setdefault((_text(owner or b""), _text(repo or b"")), []).append(job_id)
+            grouped.setdefault((text(owner or b""), text(repo or b"")), []).append(job_id)
         return grouped
 
     async def _hmget_each(self, ids: Sequence[str], fields: Sequence[str]) -> list[list[Any]]:
@@ -170,10 +170,10 @@ class JobStore:
 
     async def queued(self, scope: Scope = ALL, *, limit: int = 10_000) -> list[QueuedJob]:
         """The queued jobs of one scope, oldest first, with who claimed each; cost ~ jobs returned."""
-        ids = [_text(m) for m in cast("list[bytes]", await self.redis.zrange(self.keys.index(scope), 0, limit - 1))]
+        ids = [text(m) for m in cast("list[bytes]", await self.redis.zrange(self.keys.index(scope), 0, limit - 1))]
         out: list[QueuedJob] = []
         for job_id, row in zip(ids, await self._hmget_each(ids, _QUEUED_FIELDS), strict=True):
-            f = [None if v is None else _text(v) for v in row]
+            f = [None if v is None else text(v) for v in row]
             if f[0] != JobStatus.QUEUED:
                 continue
             out.append(
@@ -200,8 +200,8 @@ class JobStore:
         changes: list[tuple[int, str]] = []
         for _stream, entries in reply or []:
             for entry_id, fields in entries:
-                last_id = _text(entry_id)
-                f = {_text(k): _text(v) for k, v in fields.items()}
+                last_id = text(entry_id)
+                f = {text(k): text(v) for k, v in fields.items()}
                 changes.append((int(f["job"]), f["state"]))
         return last_id, changes
 
@@ -210,7 +210,7 @@ class JobStore:
         raw = await self.redis.lpop(self.keys.observed, limit)
         out: list[Observation] = []
         for item in cast("list[bytes] | None", raw) or []:
-            fact = json.loads(_text(item))
+            fact = json.loads(text(item))
             seconds = float(fact["ms"]) / 1000 if float(fact["ms"]) >= 0 else -1.0
             out.append(Observation(fact["r"], fact["k"], seconds, fact.get("c") or ""))
         return out
@@ -218,9 +218,3 @@ class JobStore:
     async def ping(self) -> bool:
         """Whether Redis answers."""
         return bool(await self.redis.ping())
-
-
-def _text(value: bytes | str | int) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    return str(value)
