@@ -244,16 +244,25 @@ def tls_context(cluster: KubeCluster) -> ssl.SSLContext:
 
 
 def api_request(
-    cluster: KubeCluster, method: str, path: str, body: Any = None, *, token: str = ADMIN_TOKEN
+    cluster: KubeCluster,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    token: str = ADMIN_TOKEN,
+    content_type: str = "application/json",
 ) -> tuple[int, Any]:
-    """One synchronous API call (for fixtures): (status, decoded body)."""
+    """One synchronous API call (for fixtures): (status, decoded body).
+
+    A PATCH needs its patch type as `content_type`, e.g. "application/merge-patch+json".
+    """
     ctx = tls_context(cluster)
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(
         cluster.server + path,
         data=data,
         method=method,
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        headers={"Authorization": f"Bearer {token}", "Content-Type": content_type},
     )
     try:
         with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
