@@ -244,7 +244,9 @@ def _wanting(
     A job wants a runner unless an active runner of the group was started for it, or its claim is
     held by a runner being created (`in_flight`) or by one this group does not have (another group's,
     after the job moved): those jobs are served, and want no warm runner in their place either. A
-    claim held by a runner that ended, or is being reaped, is replaced.
+    claim held by a runner that failed, or is being reaped, is replaced. So is one held by a runner
+    that succeeded, but only once a poll begun after it finished still listed the job queued: an
+    ephemeral runner exits 0 after running a job, most likely this one, whose webhooks were lost.
     """
     by_name = {r.name: r for r in runners}
     started_for = {r.job_id for r in runners if r.phase in ACTIVE and r.name not in reaped}
@@ -256,8 +258,16 @@ def _wanting(
             continue
         if job.claimed_by is None:
             wanting.append(Create(job.job_id, job.queued_ms, attempt=job.generation))
+        elif holder is not None and holder.phase is Phase.SUCCEEDED and not _listed_after(job, holder):
+            served_elsewhere += 1
         elif holder is not None and (holder.phase not in ACTIVE or holder.name in reaped):
             wanting.append(Create(job.job_id, job.queued_ms, stale_claim=job.claimed_by, attempt=job.generation))
         elif holder is None and job.claimed_by not in in_flight:
             served_elsewhere += 1
     return wanting, served_elsewhere
+
+
+def _listed_after(job: QueuedJob, holder: Runner) -> bool:
+    """Whether a poll begun after `holder` finished listed the job queued (the Job's finish time has
+    whole seconds, so the poll must begin a second later to count)."""
+    return job.listed_ms is not None and job.listed_ms > holder.finished_ms + 1000

@@ -20,7 +20,7 @@ from reconciler.manifests import build_job, job_name, runner_retry, runner_suffi
 from reconciler.plan import Create
 from reconciler.state import GroupState
 from reconciler.status import SEAT_EPOCH
-from webhook_scaler.coordination import CREATE_DEADLINE_S, RECLAIM_AFTER_S, Coordination
+from webhook_scaler.coordination import CLAIM_PENDING_S, CREATE_DEADLINE_S, RECLAIM_AFTER_S, Coordination
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class Seating:
         if c.job_id is not None:
             if c.stale_claim:
                 await self.coordination.release(c.job_id, holder=c.stale_claim)
-            if not await self.coordination.claim(c.job_id, holder=name, ttl_ms=self.claim_ttl_ms):
+            if not await self.coordination.claim(c.job_id, holder=name, ttl_ms=int(CLAIM_PENDING_S * 1000)):
                 return "claimed"  # another replica, or the job left the queue meanwhile
         try:
             outcome = await self._seated_create(group, spec, c, name, epoch, started)
@@ -99,6 +99,8 @@ class Seating:
             raise
         if outcome not in ("created", "exists"):
             await self._unclaim(c, name)
+        elif c.job_id is not None:
+            await self.coordination.confirm(c.job_id, holder=name, ttl_ms=self.claim_ttl_ms)
         return outcome
 
     async def _seated_create(

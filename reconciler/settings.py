@@ -28,7 +28,9 @@ class Settings(RedisSettings):
     poll_jitter: float = Field(0.2, ge=0, le=1, description="Random fraction added to or taken from each interval.")
     poll_backoff_max: float = Field(300.0, ge=1, description="Longest wait after repeated poll errors.")
     gitea_timeout: float = Field(10.0, gt=0, description="Seconds before a Gitea API call counts as failed.")
-    claim_ttl: float = Field(300.0, ge=5, description="Seconds a job's claim lasts; then a runner is retried.")
+    claim_ttl: float = Field(
+        300.0, ge=5, description="Seconds a job's claim lasts once its runner Job exists; then a runner is retried."
+    )
     resync_interval: float = Field(60.0, ge=1, description="Seconds between full passes with no event at all.")
     idle_grace: float = Field(60.0, ge=0, description="Seconds an idle surplus runner is kept before deletion.")
     retry_initial: float = Field(1.0, gt=0, description="First backoff after a transient error, in seconds.")

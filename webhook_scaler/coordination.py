@@ -7,7 +7,10 @@ hold across any number of replicas, whatever their caches show and however their
 and the attempt it will run (see `reconciler.manifests.job_name`), so the API server itself refuses
 a second Job of that name (409 means "there already is one", never "created"). The claim
 (`claim`, SET NX on the job's claim key, only while the job is queued) decides which replica tries
-first, so replicas do not race on the create at all.
+first, so replicas do not race on the create at all. A claim lasts `CLAIM_PENDING_S` until its
+create has returned, then the claim TTL (`confirm`): a replica that dies between claim and create
+holds up the job for seconds, not minutes. A claim that expires while its create is still in flight
+costs nothing: the next replica's Job has the same name, and its create gets a 409.
 
 **Never more runners than `maxActiveRunners`.** Every runner Job, for a job or warm, holds a *seat*
 in its group's seat set from before it is created until it has ended:
@@ -38,9 +41,10 @@ from dataclasses import dataclass, field
 from redis.asyncio import Redis
 
 from webhook_scaler.keys import Keys, text
-from webhook_scaler.scripts import ACTIVITY, CLAIM, EPOCH, HOLDS, RELEASE, RESERVE, SEATS
+from webhook_scaler.scripts import ACTIVITY, CLAIM, EPOCH, EXTEND, HOLDS, RELEASE, RESERVE, SEATS
 
 CREATE_DEADLINE_S = 10.0  # from the start of a reservation to the create being sent
+CLAIM_PENDING_S = 30.0  # a claim's life until its create returned (> CREATE_DEADLINE_S + watch lag)
 RECLAIM_AFTER_S = 90.0  # > CREATE_DEADLINE_S + the API server's 60 s request timeout + watch lag
 SEATS_IDLE_TTL_S = 7 * 24 * 3600
 
@@ -80,6 +84,7 @@ class Coordination:
         self.keys = Keys(prefix)
         self._claim = redis.register_script(CLAIM)
         self._release = redis.register_script(RELEASE)
+        self._extend = redis.register_script(EXTEND)
         self._activity = redis.register_script(ACTIVITY)
         self._epoch = redis.register_script(EPOCH)
         self._reserve = redis.register_script(RESERVE)
@@ -90,6 +95,10 @@ class Coordination:
         """Atomically take the right to start a runner for a queued job; False if taken or not queued."""
         keys = [self.keys.claim(job_id), self.keys.job(job_id)]
         return bool(await self._claim(keys=keys, args=[holder, ttl_ms]))
+
+    async def confirm(self, job_id: int, *, holder: str, ttl_ms: int) -> None:
+        """Make a claim last `ttl_ms` from now (its runner Job exists), only if `holder` still has it."""
+        await self._extend(keys=[self.keys.claim(job_id)], args=[holder, ttl_ms])
 
     async def release(self, job_id: int, *, holder: str) -> None:
         """Give a claim back (the runner Job could not be created), only if `holder` still has it."""

@@ -93,6 +93,8 @@ class QueuedJob:
     attempt: int  # Gitea's run_attempt: the attempt a runner picks is attempt + 1
     queued_ms: int
     claimed_by: str | None
+    # when the latest poll that listed it queued began (Redis ms); None if no poll listed it
+    listed_ms: int | None = None
 
     @property
     def generation(self) -> int:

@@ -54,7 +54,7 @@ class Ttls:
     stream_maxlen: int = 10_000
 
 
-_QUEUED_FIELDS = ("state", "labels", "owner", "repo", "name", "run_id", "attempt", "queued_ms")
+_QUEUED_FIELDS = ("state", "labels", "owner", "repo", "name", "run_id", "attempt", "queued_ms", "listed_ms")
 
 
 class JobStore:
@@ -186,7 +186,8 @@ class JobStore:
                     run_id=int(f[5] or 0),
                     attempt=int(f[6] or 0),
                     queued_ms=int(f[7] or 0),
-                    claimed_by=f[8],
+                    claimed_by=f[9],
+                    listed_ms=int(f[8]) if f[8] else None,
                 )
             )
         return out

@@ -20,6 +20,7 @@ local now = tonumber(_t[1]) * 1000 + math.floor(tonumber(_t[2]) / 1000)
 # ARGV[1]: one JSON object (one argument packs far faster than thirty): rank, state, ttl (s),
 #   delivered (a webhook delivery id is in KEYS[2]), delivery_ttl (s), maxlen, index_age (ms), poll_since
 #   (Redis ms, -1 = a webhook), id, fields
+# A poll that lists a job queued stamps `listed_ms` with the poll's start, even when nothing else changes.
 RECORD = (
     _NOW
     + """
@@ -37,7 +38,12 @@ local apply = cur_rank == nil or rank > cur_rank
 if not apply and poll_since >= 0 and cur[2] ~= state and tonumber(cur[3]) < poll_since then
   apply = true
 end
-if not apply then return {'stale', cur[2]} end
+if not apply then
+  if poll_since >= 0 and state == 'queued' and cur[2] == 'queued' then
+    redis.call('HSET', job, 'listed_ms', poll_since)
+  end
+  return {'stale', cur[2]}
+end
 redis.call('DEL', job)
 local flat = {'rank', a.rank, 'state', state, 'updated_ms', now}
 for name, value in pairs(a.fields) do
@@ -83,6 +89,7 @@ if state == 'queued' then
   local since = now
   if cur[2] == 'queued' and cur[4] then since = tonumber(cur[4]) end
   redis.call('HSET', job, 'queued_ms', since)
+  if poll_since >= 0 then redis.call('HSET', job, 'listed_ms', poll_since) end
   for i = 3, 5 do
     redis.call('ZADD', KEYS[i], since, id)
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - tonumber(a.index_age))
@@ -138,6 +145,12 @@ return 0
 # KEYS: a claim or a lease; ARGV: holder
 RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+# KEYS: a claim; ARGV: holder, ttl_ms
+EXTEND = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
 

@@ -110,6 +110,16 @@ async def test_claim_expires(redis: Redis) -> None:
     assert await Coordination(redis).claim(101, holder="b", ttl_ms=50)
 
 
+async def test_a_claim_is_made_to_last_only_by_its_holder(redis: Redis) -> None:
+    await JobStore(redis).record(upd("queued"))
+    coordination = Coordination(redis)
+    assert await coordination.claim(101, holder="a", ttl_ms=30_000)
+    await coordination.confirm(101, holder="b", ttl_ms=300_000)  # not the holder: nothing changes
+    assert 0 < await redis.pttl("{grs}:claim:101") <= 30_000
+    await coordination.confirm(101, holder="a", ttl_ms=300_000)
+    assert await redis.pttl("{grs}:claim:101") > 30_000
+
+
 async def test_poll_sync_adds_missing_and_drops_gone_jobs(redis: Redis) -> None:
     store = JobStore(redis)
     await store.record(upd("queued", job_id=1))
@@ -144,6 +154,17 @@ async def test_a_job_is_gone_only_after_two_complete_listings_in_a_row_miss_it(r
     assert [j.job_id for j in await store.queued(ALL)] == [1]
     assert await poll([]) == 1
     assert await store.queued(ALL) == []
+
+
+async def test_a_queued_job_remembers_when_the_latest_poll_listing_it_began(redis: Redis) -> None:
+    store = JobStore(redis)
+    scope = Scope("owner", "acme")
+    await store.record(upd("queued", job_id=1))  # a webhook: no poll listed it yet
+    await store.sync_polled(scope, [upd("queued", job_id=2)], polled_since_ms=1_000, complete=True)
+    assert {j.job_id: j.listed_ms for j in await store.queued(ALL)} == {1: None, 2: 1_000}
+    listed = [upd("queued", job_id=1), upd("queued", job_id=2)]
+    await store.sync_polled(scope, listed, polled_since_ms=2_000, complete=True)  # nothing else changes
+    assert {j.job_id: j.listed_ms for j in await store.queued(ALL)} == {1: 2_000, 2: 2_000}
 
 
 async def test_poll_does_not_drop_what_a_webhook_reported_during_the_poll(redis: Redis) -> None:

@@ -6,6 +6,8 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import functools
+import inspect
 import io
 import json
 import time
@@ -34,6 +36,7 @@ from tests.groups import spec as spec_model
 from tests.jobs import model
 from tests.kube_cluster import KubeCluster, api_request
 from tests.redis_server import RedisServer
+from webhook_scaler.coordination import CLAIM_PENDING_S
 from webhook_scaler.jobs import JobUpdate
 from webhook_scaler.queue import JobStore
 
@@ -90,10 +93,13 @@ def runner_jobs(kube: KubeCluster, ns: str) -> list[dict[str, Any]]:
 
 
 async def eventually(check: Callable[[], Any], *, timeout: float = 20.0) -> Any:
+    """Poll `check` (a function, or one returning an awaitable) until it returns something truthy."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
         last = check()
+        if inspect.isawaitable(last):
+            last = await last
         if last:
             return last
         await asyncio.sleep(0.1)
@@ -142,6 +148,10 @@ async def running_controller(kubeconfig: Path, redis_url: str, ns: str, **kw: An
             assert all(t.done() for t in started), "a group pass outlived the controller"
     await api.close()
     await redis.aclose()
+
+
+async def claim_lasts_longer_than(redis: Redis, job_id: int, seconds: float) -> bool:
+    return int(await redis.pttl(f"{{grs}}:claim:{job_id}")) > seconds * 1000
 
 
 async def queue(redis: Redis, job_id: int, *, labels: list[str], repo: str = "acme/widgets") -> None:
@@ -235,6 +245,8 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
         await asyncio.sleep(1)
         jobs = runner_jobs(kube, ns)
         assert sorted(j["metadata"]["annotations"][JOB_ID_ANNOTATION] for j in jobs) == ["11", "12"]
+        for job_id in (11, 12):  # a claim lasts 30 s until its create returned, then the claim TTL
+            await eventually(functools.partial(claim_lasts_longer_than, redis, job_id, CLAIM_PENDING_S))
         job = jobs[0]
         meta, pod = job["metadata"], job["spec"]["template"]["spec"]
         assert meta["labels"][GROUP_LABEL] == "builders"

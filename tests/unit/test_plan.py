@@ -17,7 +17,9 @@ from webhook_scaler.jobs import QueuedJob
 NOW = 1_000_000
 
 
-def job(job_id: int, *, claimed_by: str | None = None, queued_ms: int | None = None) -> QueuedJob:
+def job(
+    job_id: int, *, claimed_by: str | None = None, queued_ms: int | None = None, listed_ms: int | None = None
+) -> QueuedJob:
     return QueuedJob(
         job_id=job_id,
         labels=(),
@@ -28,6 +30,7 @@ def job(job_id: int, *, claimed_by: str | None = None, queued_ms: int | None = N
         attempt=0,
         queued_ms=queued_ms if queued_ms is not None else job_id,
         claimed_by=claimed_by,
+        listed_ms=listed_ms,
     )
 
 
@@ -69,6 +72,22 @@ def runner(name: str, phase: Phase, *, since: int = NOW - 1000, job_id: int | No
             [Create(1, 1, stale_claim="r1")],
             [],
             id="failed-runner-frees-slot-and-claim",
+        ),
+        pytest.param(
+            [job(1, claimed_by="r1", listed_ms=NOW - 3000)],
+            [Runner("r1", Phase.SUCCEEDED, NOW - 9000, 1, finished_ms=NOW - 2000)],
+            {},
+            [],
+            [],
+            id="succeeded-runner-ran-the-job-its-webhooks-were-lost",
+        ),
+        pytest.param(
+            [job(1, claimed_by="r1", listed_ms=NOW - 500)],
+            [Runner("r1", Phase.SUCCEEDED, NOW - 9000, 1, finished_ms=NOW - 2000)],
+            {},
+            [Create(1, 1, stale_claim="r1")],
+            [],
+            id="succeeded-runner-and-a-later-poll-still-lists-the-job",
         ),
         pytest.param(
             [job(1)],
