@@ -247,6 +247,9 @@ def _wanting(
     claim held by a runner that failed, or is being reaped, is replaced. So is one held by a runner
     that succeeded, but only once a poll begun after it finished still listed the job queued: an
     ephemeral runner exits 0 after running a job, most likely this one, whose webhooks were lost.
+    A job the latest complete listing of its scope missed is most likely gone too (taken or cancelled
+    with its webhooks lost; it is marked gone at the next miss): it wants no runner, and its own
+    runner, if not busy, counts as spare for the others.
     """
     by_name = {r.name: r for r in runners}
     started_for = {r.job_id for r in runners if r.phase in ACTIVE and r.name not in reaped}
@@ -254,6 +257,9 @@ def _wanting(
     served_elsewhere = 0
     for job in sorted(queued, key=lambda j: (j.queued_ms, j.job_id)):
         holder = by_name.get(job.claimed_by or "")
+        if job.missed:
+            served_elsewhere += 1
+            continue
         if job.job_id in started_for:
             continue
         if job.claimed_by is None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -113,3 +113,19 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+FIGURES: list[str] = []  # lines tests report, printed after the run (e.g. what a fault test measured)
+
+
+@pytest.fixture
+def report() -> Callable[[str], None]:
+    """Print a line of figures in the summary at the end of the run (pytest captures a test's output)."""
+    return FIGURES.append
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if FIGURES:
+        terminalreporter.section("figures")
+        for line in FIGURES:
+            terminalreporter.write_line(line)

@@ -117,7 +117,8 @@ class FakeGitea:
         }
         return runner_id
 
-    def _repo_of(self, job: dict[str, Any]) -> str:
+    def repo_of(self, job: dict[str, Any]) -> str:
+        """The `owner/name` of a job's repository."""
         parts = job["url"].split("/repos/", 1)[1].split("/")
         return f"{parts[0]}/{parts[1]}"
 
@@ -198,9 +199,7 @@ class FakeGitea:
             if value not in _STATUS_QUERY:
                 return web.json_response({"message": f"Invalid status {value}", "url": ""}, status=400)
             wanted |= _STATUS_QUERY[value]
-        rows = [
-            j for j in self.jobs.values() if repo_filter(self._repo_of(j)) and (not wanted or j["status"] in wanted)
-        ]
+        rows = [j for j in self.jobs.values() if repo_filter(self.repo_of(j)) and (not wanted or j["status"] in wanted)]
         body = {"jobs": self._page(request, rows), "total_count": len(rows)}
         self.validator.response(swagger_path, body)
         return web.json_response(body)

@@ -6,6 +6,7 @@ repository). This cluster has no node: Pods stay Pending. `tests/node/cluster.py
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import ssl
@@ -294,3 +295,16 @@ def apply_crd(cluster: KubeCluster, crd: dict[str, Any], *, timeout: float = 30)
             return
         time.sleep(0.1)
     raise TimeoutError(f"CRD {name} not established")
+
+
+def complete_job(cluster: KubeCluster, namespace: str, name: str) -> None:
+    """Mark a Job Complete through its status, as the Job controller does when its Pod succeeded."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conditions = [
+        {"type": t, "status": "True", "lastTransitionTime": now, "lastProbeTime": now}
+        for t in ("SuccessCriteriaMet", "Complete")  # the order the Job controller sets them in
+    ]
+    status = {"status": {"startTime": now, "completionTime": now, "succeeded": 1, "conditions": conditions}}
+    path = f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}/status"
+    code, answer = api_request(cluster, "PATCH", path, status, content_type="application/merge-patch+json")
+    assert code == 200, answer

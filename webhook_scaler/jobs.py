@@ -95,6 +95,7 @@ class QueuedJob:
     claimed_by: str | None
     # when the latest poll that listed it queued began (Redis ms); None if no poll listed it
     listed_ms: int | None = None
+    missed: bool = False  # the latest complete listing of its scope did not show it: most likely gone
 
     @property
     def generation(self) -> int:

@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 from webhook_scaler.gitea import JobStatus
 from webhook_scaler.jobs import ALL, JobUpdate, Observation, QueuedJob, Scope
 from webhook_scaler.keys import Keys, text
-from webhook_scaler.scripts import DROP, RECORD
+from webhook_scaler.scripts import DROP, LISTED, RECORD
 
 
 class Outcome(StrEnum):
@@ -54,7 +54,7 @@ class Ttls:
     stream_maxlen: int = 10_000
 
 
-_QUEUED_FIELDS = ("state", "labels", "owner", "repo", "name", "run_id", "attempt", "queued_ms", "listed_ms")
+_QUEUED_FIELDS = ("state", "labels", "owner", "repo", "name", "run_id", "attempt", "queued_ms", "listed_ms", "missed")
 
 
 class JobStore:
@@ -67,6 +67,7 @@ class JobStore:
         self.keys = Keys(prefix)
         self._record = redis.register_script(RECORD)
         self._drop = redis.register_script(DROP)
+        self._listed = redis.register_script(LISTED)
 
     async def now_ms(self) -> int:
         """Redis' clock, the one every record is ordered by, in milliseconds."""
@@ -130,17 +131,25 @@ class JobStore:
 
         Adds what no webhook reported. Only from a `complete` listing, marks `gone` a queued job missed
         by this listing and the one before it, if nothing recorded it since the poll began (see DROP).
+        Last, stamps the jobs listed queued with the poll's start (`QueuedJob.listed_ms`).
         Returns (added, dropped).
         """
         listed: set[str] = set()
+        queued: list[str] = []
         added = 0
         for update in jobs:
             listed.add(str(update.job_id))
+            if update.state is JobStatus.QUEUED:
+                queued.append(self.keys.job(update.job_id))
             result = await self.record(update, polled_since_ms=polled_since_ms)
             if result.outcome is Outcome.APPLIED and result.previous != JobStatus.QUEUED:
                 added += 1
-        if not complete:
-            return added, 0
+        dropped = await self._drop_missing(scope, listed, polled_since_ms) if complete else 0
+        if queued:
+            await self._listed(keys=queued, args=[polled_since_ms])
+        return added, dropped
+
+    async def _drop_missing(self, scope: Scope, listed: set[str], polled_since_ms: int) -> int:
         members = cast("list[bytes]", await self.redis.zrange(self.keys.index(scope), 0, -1))
         missing = [m for m in (text(b) for b in members) if m not in listed]
         dropped = 0
@@ -149,7 +158,7 @@ class JobStore:
             for job_id in ids:
                 keys += [self.keys.job(job_id), self.keys.claim(job_id)]
             dropped += int(await self._drop(keys=keys, args=[polled_since_ms, self.ttls.stream_maxlen, *ids]))
-        return added, dropped
+        return dropped
 
     async def _owner_repo_of(self, ids: Sequence[str]) -> dict[tuple[str, str], list[str]]:
         rows = await self._hmget_each(ids, ("owner", "repo"))
@@ -186,8 +195,9 @@ class JobStore:
                     run_id=int(f[5] or 0),
                     attempt=int(f[6] or 0),
                     queued_ms=int(f[7] or 0),
-                    claimed_by=f[9],
+                    claimed_by=f[10],
                     listed_ms=int(f[8]) if f[8] else None,
+                    missed=f[9] is not None,
                 )
             )
         return out

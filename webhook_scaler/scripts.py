@@ -20,7 +20,6 @@ local now = tonumber(_t[1]) * 1000 + math.floor(tonumber(_t[2]) / 1000)
 # ARGV[1]: one JSON object (one argument packs far faster than thirty): rank, state, ttl (s),
 #   delivered (a webhook delivery id is in KEYS[2]), delivery_ttl (s), maxlen, index_age (ms), poll_since
 #   (Redis ms, -1 = a webhook), id, fields
-# A poll that lists a job queued stamps `listed_ms` with the poll's start, even when nothing else changes.
 RECORD = (
     _NOW
     + """
@@ -38,12 +37,7 @@ local apply = cur_rank == nil or rank > cur_rank
 if not apply and poll_since >= 0 and cur[2] ~= state and tonumber(cur[3]) < poll_since then
   apply = true
 end
-if not apply then
-  if poll_since >= 0 and state == 'queued' and cur[2] == 'queued' then
-    redis.call('HSET', job, 'listed_ms', poll_since)
-  end
-  return {'stale', cur[2]}
-end
+if not apply then return {'stale', cur[2]} end
 redis.call('DEL', job)
 local flat = {'rank', a.rank, 'state', state, 'updated_ms', now}
 for name, value in pairs(a.fields) do
@@ -89,7 +83,6 @@ if state == 'queued' then
   local since = now
   if cur[2] == 'queued' and cur[4] then since = tonumber(cur[4]) end
   redis.call('HSET', job, 'queued_ms', since)
-  if poll_since >= 0 then redis.call('HSET', job, 'listed_ms', poll_since) end
   for i = 3, 5 do
     redis.call('ZADD', KEYS[i], since, id)
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - tonumber(a.index_age))
@@ -134,6 +127,16 @@ end
 return dropped
 """
 )
+
+# Stamps the jobs a listing showed queued with the poll's start, once the whole listing was recorded and
+# its misses dropped (so whoever reads the stamp also reads everything else that listing told).
+# KEYS: the jobs; ARGV: poll_since (Redis ms)
+LISTED = """
+for i = 1, #KEYS do
+  if redis.call('HGET', KEYS[i], 'state') == 'queued' then redis.call('HSET', KEYS[i], 'listed_ms', ARGV[1]) end
+end
+return 0
+"""
 
 # KEYS: claim, job; ARGV: holder, ttl_ms
 CLAIM = """

@@ -80,7 +80,7 @@ def test_max_one_runner_serves_three_queued_jobs_one_at_a_time(stack: NodeStack)
     assert [j["conclusion"] for j in stack.jobs(repo, run_id)] == ["success"] * 3
     assert len(watch.seen) == 3, watch.seen
     assert watch.max_alive == 1, f"at most 1 runner at once, watched {watch.max_alive}"
-    assert watch.relists == 0, "the watch saw every event"
+    assert watch.gaps == 0, "the watch saw every change"
 
 
 def test_a_failing_job_fails_the_run_and_the_group_serves_the_next(stack: NodeStack) -> None:

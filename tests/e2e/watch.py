@@ -7,14 +7,18 @@ A runner is alive from its Job's creation until the Job finishes, is deleted, or
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from reconciler.manifests import GROUP_LABEL
 from tests.kube_cluster import ADMIN_TOKEN, KubeCluster, api_request, tls_context
 
 Handler = Callable[[str, dict[str, Any]], None]
@@ -27,26 +31,56 @@ def finished(job: dict[str, Any]) -> bool:
 
 
 class _Stream:
-    """One resource's list, then its watch from that version, each event handed to `handle`, in a thread."""
+    """One resource's list, then its watch from that version, each event handed to `handle`, in a thread.
+
+    When the version expired (410 Gone: etcd compacted it) it lists again. `gaps` counts the lists
+    that showed a change the watch never delivered (an object newer than the last event seen, or
+    one gone): only those may have hidden a moment in between. The objects that vanished meanwhile
+    are handed on as DELETED.
+    """
 
     def __init__(self, cluster: KubeCluster, path: str, handle: Handler, stop: threading.Event) -> None:
         self.cluster, self.path, self.handle, self.stop = cluster, path, handle, stop
-        self.relists = 0
+        self.gaps = 0
+        self.version: str | None = None
+        self.known: dict[str, dict[str, Any]] = {}  # name -> the latest object seen
+        self.conn: http.client.HTTPSConnection | None = None
         self._list()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _list(self) -> None:
         _, listing = api_request(self.cluster, "GET", self.path)
-        for item in listing["items"]:
-            self.handle("ADDED", item)
+        listed = {item["metadata"]["name"]: item for item in listing["items"]}
+        # etcd's resourceVersions are revisions, so a test may compare them (clients must not)
+        newer = [
+            i for i in listed.values() if self.version and int(i["metadata"]["resourceVersion"]) > int(self.version)
+        ]
+        vanished = [obj for name, obj in self.known.items() if name not in listed]
+        if newer or vanished:
+            self.gaps += 1
+        for obj in vanished:
+            self._event("DELETED", obj)
+        for item in listed.values():
+            self._event("ADDED", item)
         self.version = listing["metadata"]["resourceVersion"]
+
+    def _event(self, kind: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        if kind == "DELETED":
+            self.known.pop(name, None)
+        else:
+            self.known[name] = obj
+        self.handle(kind, obj)
 
     def _run(self) -> None:
         url = urlsplit(self.cluster.server)
         ctx = tls_context(self.cluster)
         while not self.stop.is_set():
-            conn = http.client.HTTPSConnection(url.hostname or "", url.port, context=ctx, timeout=2)
+            # A long read timeout: a watch left and taken up again from its version may find that version
+            # compacted (410), and the list after it may show changes the watch missed. `close` ends a
+            # blocked read when the watch stops.
+            conn = self.conn = http.client.HTTPSConnection(url.hostname or "", url.port, context=ctx, timeout=60)
             try:
                 conn.request(
                     "GET",
@@ -57,23 +91,37 @@ class _Stream:
                 while not self.stop.is_set() and (line := resp.readline()):
                     event = json.loads(line)
                     if event["type"] == "ERROR":  # 410 Gone: the version expired; start again from a list
-                        self.relists += 1
                         self._list()
                         break
                     self.version = event["object"]["metadata"]["resourceVersion"]
                     if event["type"] != "BOOKMARK":
-                        self.handle(event["type"], event["object"])
+                        self._event(event["type"], event["object"])
             except TimeoutError:
-                continue  # no event for a while: watch again from the last version
+                continue  # no event for a minute: watch again from the last version
+            except OSError:
+                if not self.stop.is_set():
+                    raise
             finally:
                 conn.close()
+
+    def close(self) -> None:
+        """Unblock the watch's read (call after setting `stop`)."""
+        sock = self.conn.sock if self.conn is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 class RunnerWatch:
     """Every change to the runner Jobs and Pods of one namespace, and the most runners alive at once."""
 
-    def __init__(self, cluster: KubeCluster, namespace: str) -> None:
+    def __init__(
+        self, cluster: KubeCluster, namespace: str, *, on_added: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
         self.jobs: dict[str, bool] = {}  # name -> alive
+        self.group_of: dict[str, str] = {}  # name -> its RunnerGroup
+        self.max_by_group: dict[str, int] = {}  # the most runners of one group alive at once
+        self.on_added = on_added  # called (in the watch's thread) once per new runner Job
         self.pods_done: set[str] = set()  # Jobs whose Pod terminated
         # When this watch first saw each runner Job, and its Pod running (wall clock, ms); and the
         # Gitea job each runner Job was started for.
@@ -95,9 +143,10 @@ class RunnerWatch:
             return {name for name, up in self.jobs.items() if up and name not in self.pods_done}
 
     @property
-    def relists(self) -> int:
-        """How often a watch had to start again from a list (events between may have been missed)."""
-        return sum(stream.relists for stream in self._streams)
+    def gaps(self) -> int:
+        """How often a watch started again from a list that showed changes it had not delivered (a moment
+        between may have been missed)."""
+        return sum(stream.gaps for stream in self._streams)
 
     @property
     def seen(self) -> set[str]:
@@ -106,18 +155,25 @@ class RunnerWatch:
             return set(self.jobs)
 
     def _count(self) -> None:
-        alive = sum(1 for name, up in self.jobs.items() if up and name not in self.pods_done)
-        self.max_alive = max(self.max_alive, alive)
+        alive = [name for name, up in self.jobs.items() if up and name not in self.pods_done]
+        self.max_alive = max(self.max_alive, len(alive))
+        per_group = Counter(self.group_of.get(name, "") for name in alive)
+        for group, count in per_group.items():
+            self.max_by_group[group] = max(self.max_by_group.get(group, 0), count)
 
     def _job(self, kind: str, job: dict[str, Any]) -> None:
         meta = job["metadata"]
+        new = meta["name"] not in self.jobs
         with self._lock:
             self.jobs[meta["name"]] = kind != "DELETED" and not finished(job)
+            self.group_of[meta["name"]] = (meta.get("labels") or {}).get(GROUP_LABEL, "")
             self.added_ms.setdefault(meta["name"], int(time.time() * 1000))
             for_job = (meta.get("annotations") or {}).get("gitea.bpg.pw/job-id")
             if for_job:
                 self.for_job[meta["name"]] = int(for_job)
             self._count()
+        if new and self.on_added is not None:
+            self.on_added(job)
 
     def _pod(self, kind: str, pod: dict[str, Any]) -> None:
         owner = (pod["metadata"].get("labels") or {}).get("job-name")
@@ -133,4 +189,5 @@ class RunnerWatch:
         """Stop watching."""
         self._stop.set()
         for stream in self._streams:
+            stream.close()
             stream.thread.join(timeout=10)

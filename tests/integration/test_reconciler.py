@@ -34,10 +34,10 @@ from tests.fake_gitea import FakeGitea
 from tests.groups import REFUSED, changed, operator_form, spec_dict
 from tests.groups import spec as spec_model
 from tests.jobs import model
-from tests.kube_cluster import KubeCluster, api_request
+from tests.kube_cluster import KubeCluster, api_request, complete_job
 from tests.redis_server import RedisServer
 from webhook_scaler.coordination import CLAIM_PENDING_S
-from webhook_scaler.jobs import JobUpdate
+from webhook_scaler.jobs import JobUpdate, Scope
 from webhook_scaler.queue import JobStore
 
 pytestmark = pytest.mark.kube
@@ -383,6 +383,42 @@ async def test_runner_jobs_hold_seats_under_the_epoch_the_status_records(
     assert recorded == epoch
     assert sorted(jobs) == sorted(s.decode() for s in seats) and len(jobs) == 2
     assert all(name.startswith("seated-3") and name.endswith("-1") for name in jobs)  # {job id}-{attempt}
+
+
+async def test_a_runner_that_ran_its_job_unseen_is_replaced_only_once_a_later_poll_lists_the_job(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    """Both webhooks of the job were lost, so Redis still has it queued when its runner's Job succeeds.
+    An ephemeral runner exits 0 after running a job, most likely this one: no second runner, until a
+    poll begun after the runner finished still lists the job queued."""
+    ns = namespace(kube)
+    create_group(kube, ns, "unseen", labels=[], defaultLabels=[])
+    await queue(redis, 55, labels=[])
+    store = JobStore(redis)
+    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+        (first,) = await eventually(lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns)])
+        complete_job(kube, ns, first)
+        await eventually(lambda: any(j.name == first and j.finished for j in controller.jobs.items.values()))
+        rounds = controller.rounds
+        await eventually(lambda: controller.rounds >= rounds + 3)  # passes that saw it finished
+        assert [j["metadata"]["name"] for j in runner_jobs(kube, ns)] == [first]
+        finished_ms = next(j.finished_ms for j in controller.jobs.items.values() if j.name == first)
+        since = await eventually(lambda: _after(store.now_ms(), finished_ms + 1000))
+        await store.sync_polled(
+            Scope("owner", "acme"),
+            [JobUpdate.from_payload(model("queued", job_id=55, labels=[]))],
+            polled_since_ms=since,
+            complete=True,
+        )
+        names = await eventually(
+            lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns) if j["metadata"]["name"] != first]
+        )
+    assert names == [f"{first}-r1"]
+
+
+async def _after(now: Awaitable[int], moment: int) -> int | None:
+    value = await now
+    return value if value > moment else None
 
 
 async def test_stuck_pending_runner_is_reaped_and_retried(

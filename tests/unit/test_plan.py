@@ -18,7 +18,12 @@ NOW = 1_000_000
 
 
 def job(
-    job_id: int, *, claimed_by: str | None = None, queued_ms: int | None = None, listed_ms: int | None = None
+    job_id: int,
+    *,
+    claimed_by: str | None = None,
+    queued_ms: int | None = None,
+    listed_ms: int | None = None,
+    missed: bool = False,
 ) -> QueuedJob:
     return QueuedJob(
         job_id=job_id,
@@ -31,6 +36,7 @@ def job(
         queued_ms=queued_ms if queued_ms is not None else job_id,
         claimed_by=claimed_by,
         listed_ms=listed_ms,
+        missed=missed,
     )
 
 
@@ -88,6 +94,17 @@ def runner(name: str, phase: Phase, *, since: int = NOW - 1000, job_id: int | No
             [Create(1, 1, stale_claim="r1")],
             [],
             id="succeeded-runner-and-a-later-poll-still-lists-the-job",
+        ),
+        pytest.param(
+            [job(1, claimed_by="r1", listed_ms=NOW - 500), job(2, claimed_by="r2", missed=True)],
+            [
+                Runner("r1", Phase.SUCCEEDED, NOW - 9000, 1, finished_ms=NOW - 2000),
+                runner("r2", Phase.PENDING, job_id=2),
+            ],
+            {},
+            [],
+            [],
+            id="a-job-the-last-listing-missed-wants-nothing-and-its-runner-serves-another",
         ),
         pytest.param(
             [job(1)],
