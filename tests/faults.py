@@ -19,6 +19,7 @@ import contextlib
 import datetime
 import functools
 import inspect
+import json
 import os
 import random
 import signal
@@ -30,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -126,6 +128,48 @@ class Process:
         return 0
 
 
+class SlowLink:
+    """A TCP proxy on loopback (in front of the API server or Redis) that holds every chunk a client
+    sends for `delay` seconds: each call of a replica behind it takes that much longer, so a pass is
+    in the middle of something long enough for a fault to land there. What the server sends back
+    (watch events included) passes at once."""
+
+    def __init__(self, target: tuple[str, int], delay: float) -> None:
+        self.target, self.delay = target, delay
+        self.server: asyncio.Server | None = None
+        self.port = 0
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._client, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            for writer in self._writers:
+                writer.close()
+            await self.server.wait_closed()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self._writers |= {writer, up_writer}
+        await asyncio.gather(
+            self._pump(reader, up_writer, self.delay), self._pump(up_reader, writer, 0), return_exceptions=True
+        )
+
+    @staticmethod
+    async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, delay: float) -> None:
+        try:
+            while chunk := await src.read(65536):
+                if delay:
+                    await asyncio.sleep(delay)  # the slow link itself
+                dst.write(chunk)
+                await dst.drain()
+        finally:
+            dst.close()
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -145,6 +189,8 @@ class Rig:
         cap: int = 4,
         drop: float = 0.0,
         spread: float = 4.0,
+        api_delay: float = 0.0,
+        redis_delay: float = 0.0,
     ) -> None:
         self.kube, self.redis, self.dir = kube, redis, workdir
         self.groups, self.jobs_per_group, self.cap, self.drop, self.spread = groups, jobs_per_group, cap, drop, spread
@@ -152,6 +198,9 @@ class Rig:
         self.prefix = f"f{uuid.uuid4().hex[:6]}"
         self.seed = os.environ.get("GRS_FAULT_SEED", self.ns)  # set it to replay a run's random choices
         self.rng = random.Random(self.seed)
+        # replicas reach the API server and Redis through a SlowLink this slow
+        self.api_delay, self.redis_delay = api_delay, redis_delay
+        self.redis_url = redis.url
         self.gitea = FakeGitea(token=TOKEN)
         self.replicas: dict[str, Process] = {}
         self.idle: set[str] = set()  # runners that found no queued job
@@ -175,6 +224,15 @@ class Rig:
         await web.TCPSite(runner, "127.0.0.1", port).start()
         self.gitea_url = f"http://127.0.0.1:{port}"
         self._namespace()
+        self.kubeconfig = self.kube.kubeconfig
+        if self.api_delay:
+            config = json.loads(self.kube.kubeconfig.read_text())
+            port = await self._slow_link(self.kube.server, self.api_delay)
+            config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
+            self.kubeconfig = self.dir / "kubeconfig-slow"
+            self.kubeconfig.write_text(json.dumps(config))
+        if self.redis_delay:
+            self.redis_url = f"redis://127.0.0.1:{await self._slow_link(self.redis.url, self.redis_delay)}/0"
         env = self.common_env() | {"GRS_WEBHOOK_SECRET": SECRET}
         self.receiver = Process("webhook-scaler", "receiver", env, self.dir)
         self._stack.callback(self.receiver.stop)
@@ -191,6 +249,13 @@ class Rig:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._stack.aclose()
         api_request(self.kube, "DELETE", f"/api/v1/namespaces/{self.ns}")
+
+    async def _slow_link(self, to: str, delay: float) -> int:
+        url = urlsplit(to)
+        link = SlowLink((url.hostname or "127.0.0.1", url.port or 443), delay)
+        await link.start()
+        self._stack.push_async_callback(link.stop)
+        return link.port
 
     def common_env(self) -> dict[str, str]:
         return {
@@ -227,7 +292,8 @@ class Rig:
     def replica(self, name: str) -> Process:
         """Start a reconciler replica (polling the fake Gitea every 2 s)."""
         env = self.common_env() | {
-            "GRS_KUBECONFIG": str(self.kube.kubeconfig),
+            "GRS_KUBECONFIG": str(self.kubeconfig),
+            "GRS_REDIS_URL": self.redis_url,
             "GRS_WATCH_NAMESPACE": self.ns,
             "GRS_REPLICA_ID": name,
             "GRS_POLL_INTERVAL": "2",

@@ -45,9 +45,11 @@ async def test_replicas_paused_longer_than_their_lease(
 async def test_a_replica_killed_mid_pass_and_restarted(
     kube: KubeCluster, redis_server: RedisServer, tmp_path: Path, report: Report
 ) -> None:
-    """SIGKILL a replica right as runner Jobs are being created (passes are creating then), three
-    times, alternating, and start it again at once, as Kubernetes would."""
-    async with Rig(kube, redis_server, tmp_path) as rig:
+    """SIGKILL a replica right as runner Jobs are being created, three times, alternating, and start it
+    again at once, as Kubernetes would. Every Redis call of the replicas takes 0.1 s longer (a slow
+    link), so a kill lands in the middle of a pass's claims, seats and creates; what a dead replica
+    claimed or seated must not hold its jobs up, double them, or lift the cap."""
+    async with Rig(kube, redis_server, tmp_path, redis_delay=0.1) as rig:
         replicas = [rig.replica("a"), rig.replica("b")]
 
         async def kills() -> None:
