@@ -150,6 +150,12 @@ async def running_controller(kubeconfig: Path, redis_url: str, ns: str, **kw: An
     await redis.aclose()
 
 
+async def passes(*controllers: Controller, count: int = 3) -> None:
+    """Until each controller made `count` more whole passes: the wait for anything a pass might still do."""
+    targets = [(c, c.rounds + count) for c in controllers]
+    await eventually(lambda: all(c.rounds >= n for c, n in targets), timeout=30)
+
+
 async def claim_lasts_longer_than(redis: Redis, job_id: int, seconds: float) -> bool:
     return int(await redis.pttl(f"{{grs}}:claim:{job_id}")) > seconds * 1000
 
@@ -240,9 +246,9 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
     await queue(redis, 12, labels=[])
     await queue(redis, 13, labels=["gpu"])  # no group has gpu
     await queue(redis, 14, labels=["k8s"], repo="someone-else/repo")  # outside the org
-    async with running_controller(kube.kubeconfig, redis_server.url, ns):
+    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
         jobs = await eventually(lambda: (j := runner_jobs(kube, ns)) and len(j) >= 2 and j)
-        await asyncio.sleep(1)
+        await passes(controller)
         jobs = runner_jobs(kube, ns)
         assert sorted(j["metadata"]["annotations"][JOB_ID_ANNOTATION] for j in jobs) == ["11", "12"]
         for job_id in (11, 12):  # a claim lasts 30 s until its create returned, then the claim TTL
@@ -274,7 +280,7 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
         for i in range(20, 30):
             await queue(redis, i, labels=["k8s"])
         await eventually(lambda: len(runner_jobs(kube, ns)) == 3)
-        await asyncio.sleep(1.5)
+        await passes(controller)
         assert len(runner_jobs(kube, ns)) == 3
         assert events(kube, ns, "RunnerCreated")
 
@@ -312,11 +318,11 @@ async def test_two_reconcilers_never_start_two_runners_for_one_job(
     for i in range(100, 110):
         await queue(redis, i, labels=[], repo="acme/narrow")
     async with (
-        running_controller(kube.kubeconfig, redis_server.url, ns),
-        running_controller(kube.kubeconfig, redis_server.url, ns),
+        running_controller(kube.kubeconfig, redis_server.url, ns) as one,
+        running_controller(kube.kubeconfig, redis_server.url, ns) as two,
     ):
         await eventually(lambda: len(runner_jobs(kube, ns)) >= 34, timeout=30)
-        await asyncio.sleep(3)  # several more passes of both replicas
+        await passes(one, two)
         jobs = runner_jobs(kube, ns)
     ids = [j["metadata"]["annotations"][JOB_ID_ANNOTATION] for j in jobs]
     assert len(ids) == len(set(ids)) == 34
@@ -399,8 +405,7 @@ async def test_a_runner_that_ran_its_job_unseen_is_replaced_only_once_a_later_po
         (first,) = await eventually(lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns)])
         complete_job(kube, ns, first)
         await eventually(lambda: any(j.name == first and j.finished for j in controller.jobs.items.values()))
-        rounds = controller.rounds
-        await eventually(lambda: controller.rounds >= rounds + 3)  # passes that saw it finished
+        await passes(controller)  # passes that saw it finished
         assert [j["metadata"]["name"] for j in runner_jobs(kube, ns)] == [first]
         finished_ms = next(j.finished_ms for j in controller.jobs.items.values() if j.name == first)
         since = await eventually(lambda: _after(store.now_ms(), finished_ms + 1000))
