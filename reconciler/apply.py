@@ -15,13 +15,13 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from reconciler.crd import RunnerGroupSpec
 from reconciler.gitea_runners import RunnerRows
 from reconciler.kube import GroupObject, JobObject, Kube, PodObject
 from reconciler.metrics import Metrics
 from reconciler.plan import Create, Phase, Plan, Runner, classify, plan
 from reconciler.seating import Ready, Seating
 from reconciler.settings import Settings
+from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.status import desired_status, pass_fields, registration_failed
 from webhook_scaler.coordination import Activity, Coordination

@@ -18,7 +18,6 @@ from typing import Any
 
 from reconciler.apply import GroupPass
 from reconciler.assign import GroupView, assign
-from reconciler.crd import RunnerGroupSpec
 from reconciler.errors import kind_of
 from reconciler.gitea_runners import RunnerRows
 from reconciler.giteaapi import GiteaClient
@@ -29,6 +28,7 @@ from reconciler.plan import Plan
 from reconciler.poller import Poller
 from reconciler.scheduler import Scheduler, validate
 from reconciler.settings import Settings
+from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.tasks import run_together
 from webhook_scaler.coordination import Coordination

@@ -20,8 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.crd import API_VERSION, KIND, RunnerGroupSpec
+from reconciler.crd import API_VERSION, KIND
 from reconciler.labels import effective_labels
+from reconciler.spec import RunnerGroupSpec
 
 GROUP_LABEL = "gitea.bpg.pw/runnergroup-name"
 MANAGED_BY_LABEL = "gitea.bpg.pw/managed-by"

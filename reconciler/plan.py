@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from reconciler.crd import RunnerGroupSpec
+from reconciler.spec import RunnerGroupSpec
 from webhook_scaler.jobs import QueuedJob
 
 

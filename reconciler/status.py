@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from reconciler.crd import RunnerGroupSpec
 from reconciler.plan import Backoff, Counts, Runner
+from reconciler.spec import RunnerGroupSpec
 
 
 @dataclass(frozen=True, slots=True)
