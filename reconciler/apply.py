@@ -16,8 +16,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from reconciler.gitea_runners import RunnerRows
-from reconciler.kube import GroupObject, JobObject, Kube, PodObject
+from reconciler.kube import Kube
 from reconciler.metrics import Metrics
+from reconciler.objects import GroupObject, JobObject, PodObject
 from reconciler.plan import Create, Phase, Plan, Runner, classify, plan
 from reconciler.seating import Ready, Seating
 from reconciler.settings import Settings

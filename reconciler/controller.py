@@ -21,9 +21,11 @@ from reconciler.assign import GroupView, assign
 from reconciler.errors import kind_of
 from reconciler.gitea_runners import RunnerRows
 from reconciler.giteaapi import GiteaClient
-from reconciler.kube import GroupObject, JobObject, Kube, PodObject
+from reconciler.informers import caches
+from reconciler.kube import Kube
 from reconciler.labels import effective_labels, names
 from reconciler.metrics import Metrics
+from reconciler.objects import GroupObject, JobObject, PodObject
 from reconciler.plan import Plan
 from reconciler.poller import Poller
 from reconciler.scheduler import Scheduler, validate
@@ -58,7 +60,7 @@ class Controller:
         self.metrics = metrics
         self.clock = clock
         self.wake = asyncio.Event()
-        self.groups, self.jobs, self.pods = kube.informers(self.wake.set)
+        self.groups, self.jobs, self.pods = caches(kube, self.wake.set)
         self.rounds = 0
         self.coordination = Coordination(store.redis, prefix=store.prefix)
         self.rows = RunnerRows(gitea, kube, metrics)

@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 
 from reconciler.gitea_runners import RunnerRows, scope_of
 from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
-from reconciler.kube import GroupObject, JobObject, Kube, PermanentError, TransientError
+from reconciler.kube import Kube, PermanentError, TransientError
+from reconciler.objects import GroupObject, JobObject
 from reconciler.settings import Settings
 from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState

@@ -21,8 +21,9 @@ from pydantic import ValidationError
 
 from reconciler.apply import GroupPass
 from reconciler.errors import kind_of
-from reconciler.kube import GroupObject, Kube
+from reconciler.kube import Kube
 from reconciler.metrics import Metrics
+from reconciler.objects import GroupObject
 from reconciler.plan import Counts
 from reconciler.settings import Settings
 from reconciler.spec import RunnerGroupSpec
