@@ -234,9 +234,51 @@ def build_job(
     queued_ms: int | None = None,
 ) -> dict[str, Any]:
     """The runner Job for one queued Gitea job (`job_id`), or a warm runner (`job_id=None`)."""
+    labels = {GROUP_LABEL: group.name, MANAGED_BY_LABEL: MANAGED_BY}
+    template = _pod_template(spec, name=name, labels=labels)
+    annotations: dict[str, str] = {}
+    if job_id is not None:
+        annotations[JOB_ID_ANNOTATION] = str(job_id)
+    if queued_ms is not None:
+        annotations[QUEUED_AT_ANNOTATION] = str(queued_ms)
+    job_spec: dict[str, Any] = {
+        "backoffLimit": BACKOFF_LIMIT,
+        "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+        "template": template,
+    }
+    if spec.active_deadline_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": group.namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [_owner_reference(group)],
+        },
+        "spec": job_spec,
+    }
+
+
+def _owner_reference(group: GroupRef) -> dict[str, Any]:
+    """The RunnerGroup as the Job's controller: deleting the group deletes its runner Jobs."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": group.name,
+        "uid": group.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _pod_template(spec: RunnerGroupSpec, *, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The group's `podTemplate` under the controller's invariants: the runner container's image and
+    env, the register init container, the state volume, and no service-account token."""
     template: dict[str, Any] = copy.deepcopy(spec.pod_template or {})
     meta: dict[str, Any] = template.setdefault("metadata", {})
-    labels = {GROUP_LABEL: group.name, MANAGED_BY_LABEL: MANAGED_BY}
     meta["labels"] = {**(meta.get("labels") or {}), **labels}
     pod: dict[str, Any] = template.setdefault("spec", {})
     pod["restartPolicy"] = "Never"
@@ -260,37 +302,4 @@ def build_job(
     # registers leaves no runner row in Gitea.
     inits = [c for c in pod.get("initContainers") or [] if c.get("name") != REGISTER_CONTAINER]
     pod["initContainers"] = [*inits, register]
-
-    annotations: dict[str, str] = {}
-    if job_id is not None:
-        annotations[JOB_ID_ANNOTATION] = str(job_id)
-    if queued_ms is not None:
-        annotations[QUEUED_AT_ANNOTATION] = str(queued_ms)
-    job_spec: dict[str, Any] = {
-        "backoffLimit": BACKOFF_LIMIT,
-        "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
-        "template": template,
-    }
-    if spec.active_deadline_seconds is not None:
-        job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": group.namespace,
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": KIND,
-                    "name": group.name,
-                    "uid": group.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "spec": job_spec,
-    }
+    return template
