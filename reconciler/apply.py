@@ -19,7 +19,8 @@ from reconciler.gitea_runners import RunnerRows
 from reconciler.kube import Kube
 from reconciler.metrics import Metrics
 from reconciler.objects import GroupObject, JobObject, PodObject
-from reconciler.plan import Create, Phase, Plan, Runner, classify, plan
+from reconciler.phases import Phase, Runner, classify
+from reconciler.plan import Create, Plan, plan
 from reconciler.seating import Ready, Seating
 from reconciler.settings import Settings
 from reconciler.spec import RunnerGroupSpec

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from reconciler.plan import Backoff, Counts, Runner
+from reconciler.phases import Runner
+from reconciler.plan import Backoff, Counts
 from reconciler.spec import RunnerGroupSpec
 
 
