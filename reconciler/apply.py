@@ -15,13 +15,15 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from reconciler.crd import RunnerGroupSpec
 from reconciler.gitea_runners import RunnerRows
-from reconciler.kube import GroupObject, JobObject, Kube, PodObject
+from reconciler.kube import Kube
 from reconciler.metrics import Metrics
-from reconciler.plan import Create, Phase, Plan, Runner, classify, plan
+from reconciler.objects import GroupObject, JobObject, PodObject
+from reconciler.phases import Phase, Runner, classify
+from reconciler.plan import Create, Plan, plan
 from reconciler.seating import Ready, Seating
 from reconciler.settings import Settings
+from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.status import desired_status, pass_fields, registration_failed
 from webhook_scaler.coordination import Activity, Coordination

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reconciler.crd import RunnerGroupSpec
+from reconciler.spec import RunnerGroupSpec
 from webhook_scaler.jobs import QueuedJob
 
 _SPECIFICITY = {"repo": 3, "org": 2, "user": 2, "global": 1}

@@ -18,17 +18,19 @@ from typing import Any
 
 from reconciler.apply import GroupPass
 from reconciler.assign import GroupView, assign
-from reconciler.crd import RunnerGroupSpec
 from reconciler.errors import kind_of
 from reconciler.gitea_runners import RunnerRows
 from reconciler.giteaapi import GiteaClient
-from reconciler.kube import GroupObject, JobObject, Kube, PodObject
+from reconciler.informers import caches
+from reconciler.kube import Kube
 from reconciler.labels import effective_labels, names
 from reconciler.metrics import Metrics
+from reconciler.objects import GroupObject, JobObject, PodObject
 from reconciler.plan import Plan
 from reconciler.poller import Poller
 from reconciler.scheduler import Scheduler, validate
 from reconciler.settings import Settings
+from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.tasks import run_together
 from webhook_scaler.coordination import Coordination
@@ -58,7 +60,7 @@ class Controller:
         self.metrics = metrics
         self.clock = clock
         self.wake = asyncio.Event()
-        self.groups, self.jobs, self.pods = kube.informers(self.wake.set)
+        self.groups, self.jobs, self.pods = caches(kube, self.wake.set)
         self.rounds = 0
         self.coordination = Coordination(store.redis, prefix=store.prefix)
         self.rows = RunnerRows(gitea, kube, metrics)
@@ -71,21 +73,32 @@ class Controller:
             wake=self._wake_at,
             clock=clock,
         )
-        self.scheduler = Scheduler(
-            settings,
-            kube=kube,
+        self.scheduler = self._scheduler()
+        self.state = self.scheduler.state
+        self.poller = self._poller(gitea)
+        self._specs: dict[str, tuple[int, RunnerGroupSpec | None, str]] = {}
+        self._group_of_runner: dict[str, str] = {}  # runner Job name -> "namespace/group"
+        self._background: set[asyncio.Task[None]] = set()
+
+    def _scheduler(self) -> Scheduler:
+        """The scheduler of the group passes; built after `group_pass`, which it starts."""
+        return Scheduler(
+            self.settings,
+            kube=self.kube,
             coordination=self.coordination,
             group_pass=self.group_pass,
-            metrics=metrics,
+            metrics=self.metrics,
             wake=self.wake.set,
             keep=self._keep,
-            clock=clock,
+            clock=self.clock,
         )
-        self.state = self.scheduler.state
-        self.poller = Poller(
-            settings,
-            kube=kube,
-            store=store,
+
+    def _poller(self, gitea: GiteaClient) -> Poller:
+        """The Gitea poll and the ghost sweep; built after the caches, `rows` and the scheduler it reads."""
+        return Poller(
+            self.settings,
+            kube=self.kube,
+            store=self.store,
             coordination=self.coordination,
             gitea=gitea,
             rows=self.rows,
@@ -94,9 +107,6 @@ class Controller:
             wake=self.wake.set,
             jobs=self.jobs.items,
         )
-        self._specs: dict[str, tuple[int, RunnerGroupSpec | None, str]] = {}
-        self._group_of_runner: dict[str, str] = {}  # runner Job name -> "namespace/group"
-        self._background: set[asyncio.Task[None]] = set()
 
     def state_of(self, group: GroupObject) -> GroupState:
         """What the controller remembers of a group."""

@@ -28,13 +28,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from reconciler.crd import RunnerGroupSpec
 from reconciler.gitea_paging import PAGE_SIZE
 from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
-from reconciler.kube import GroupObject, JobObject, Kube, PermanentError, TransientError
+from reconciler.kube import Kube, PermanentError, TransientError
 from reconciler.manifests import RUNNER_SUFFIX, job_name
 from reconciler.metrics import Metrics
+from reconciler.objects import GroupObject, JobObject
 from reconciler.plan import Delete
+from reconciler.spec import RunnerGroupSpec
 from webhook_scaler.gitea import ActionRunner
 
 log = logging.getLogger(__name__)

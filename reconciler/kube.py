@@ -1,8 +1,9 @@
-"""The only module that talks to Kubernetes: kubernetes_asyncio calls, converted to our dataclasses.
+"""The reconciler's typed calls to Kubernetes: kubernetes_asyncio requests, their errors classified.
 
-Owns: client configuration, list+watch informers that relist on 410 Gone, Job create/delete, status
-patches, Events and Secret reads, and the classification of API errors into transient (retry with
-backoff) and permanent (report, stop retrying). Must not decide anything about scaling.
+Owns: client configuration, Job create/delete, status patches, Events and Secret reads and writes,
+and the classification of API errors into transient (retry with backoff) and permanent (report, stop
+retrying). The watch caches live in `informers`, our views of the API objects in `objects`. Must not
+decide anything about scaling.
 """
 
 from __future__ import annotations
@@ -11,32 +12,20 @@ import asyncio
 import base64
 import json
 import logging
-import random
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from functools import partial
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, cast
 
 import aiohttp
-from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from reconciler.crd import GROUP, PLURAL, VERSION
-from reconciler.manifests import (
-    GROUP_LABEL,
-    JOB_ID_ANNOTATION,
-    REGISTER_CONTAINER,
-    RUNNER_CONTAINER,
-    SELECTOR,
-    GroupRef,
-)
+from reconciler.manifests import GroupRef
 from reconciler.status import SEAT_EPOCH
-from reconciler.tasks import run_together
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 COMPONENT = "gitea-runner-scaler"
 REQUEST_TIMEOUT = 30.0  # seconds; no API call may wait for ever (watches end by their own timeout)
 
@@ -70,258 +59,6 @@ def _message(body: str) -> str:
         return body[:300]
 
 
-def _ms(timestamp: str | datetime | None) -> int | None:
-    if timestamp is None:
-        return None
-    if isinstance(timestamp, str):
-        timestamp = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    return int(timestamp.timestamp() * 1000)
-
-
-# -- our views of API objects -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class GroupObject:
-    """A RunnerGroup as read from the API."""
-
-    namespace: str
-    name: str
-    uid: str
-    generation: int
-    spec: Mapping[str, Any]
-    status: Mapping[str, Any]
-    annotations: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def ref(self) -> GroupRef:
-        """Its identity, for owner references and Events."""
-        return GroupRef(namespace=self.namespace, name=self.name, uid=self.uid)
-
-
-@dataclass(frozen=True, slots=True)
-class JobObject:
-    """A runner Job."""
-
-    namespace: str
-    name: str
-    group: str
-    job_id: int | None
-    created_ms: int
-    finished: str  # "" while running, "Complete" or "Failed"
-    reason: str  # why it failed
-    finished_ms: int = 0  # when it finished (0 while running)
-
-
-@dataclass(frozen=True, slots=True)
-class PodObject:
-    """A Pod of a runner Job."""
-
-    namespace: str
-    name: str
-    job_name: str
-    phase: str
-    created_ms: int
-    running_since_ms: int | None
-    failure: str = ""  # for a failed Pod: the register or runner container's exit code and termination message
-
-
-def group_from(raw: Mapping[str, Any]) -> GroupObject:
-    """Convert a RunnerGroup object."""
-    meta = raw["metadata"]
-    return GroupObject(
-        namespace=meta["namespace"],
-        name=meta["name"],
-        uid=meta["uid"],
-        generation=int(meta.get("generation") or 0),
-        spec=raw.get("spec") or {},
-        status=raw.get("status") or {},
-        annotations=meta.get("annotations") or {},
-    )
-
-
-def job_from(raw: Mapping[str, Any]) -> JobObject:
-    """Convert a batch/v1 Job."""
-    meta = raw["metadata"]
-    finished, reason, finished_ms = "", "", 0
-    for cond in (raw.get("status") or {}).get("conditions") or []:
-        if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
-            finished = cond["type"]
-            reason = cond.get("reason") or cond.get("message") or ""
-            finished_ms = _ms(cond.get("lastTransitionTime")) or 0
-    job_id = (meta.get("annotations") or {}).get(JOB_ID_ANNOTATION)
-    return JobObject(
-        namespace=meta["namespace"],
-        name=meta["name"],
-        group=(meta.get("labels") or {}).get(GROUP_LABEL, ""),
-        job_id=int(job_id) if job_id and job_id.isdigit() else None,
-        created_ms=_ms(meta.get("creationTimestamp")) or 0,
-        finished=finished,
-        reason=reason,
-        finished_ms=finished_ms,
-    )
-
-
-def pod_from(raw: Mapping[str, Any]) -> PodObject:
-    """Convert a Pod."""
-    meta, status = raw["metadata"], raw.get("status") or {}
-    labels = meta.get("labels") or {}
-    running: int | None = None
-    failure = ""
-    for cs in status.get("containerStatuses") or []:
-        state = cs.get("state") or {}
-        started = (state.get("running") or {}).get("startedAt")
-        if started:
-            running = _ms(started)
-        ended = state.get("terminated") or {}
-        if cs.get("name") == RUNNER_CONTAINER and ended.get("exitCode"):
-            failure = _failure(ended)
-    for cs in status.get("initContainerStatuses") or []:  # registration failed: the runner never started
-        ended = (cs.get("state") or {}).get("terminated") or {}
-        if cs.get("name") == REGISTER_CONTAINER and ended.get("exitCode"):
-            failure = _failure(ended)
-    return PodObject(
-        namespace=meta["namespace"],
-        name=meta["name"],
-        job_name=labels.get("batch.kubernetes.io/job-name") or labels.get("job-name", ""),
-        phase=status.get("phase") or "Pending",
-        created_ms=_ms(meta.get("creationTimestamp")) or 0,
-        running_since_ms=running if status.get("phase") == "Running" else None,
-        failure=failure,
-    )
-
-
-def _failure(terminated: Mapping[str, Any]) -> str:
-    """A failed runner container, in one line: its exit code and the last line of its message."""
-    lines = [line.strip() for line in str(terminated.get("message") or "").splitlines() if line.strip()]
-    said = f": {lines[-1][:300]}" if lines else f" ({terminated.get('reason') or 'Error'})"
-    return f"exit code {terminated.get('exitCode')}{said}"
-
-
-# -- informers ------------------------------------------------------------------------------------
-
-
-class Informer(Generic[T]):
-    """A cache of one kind of object, kept by list + watch, relisting on 410 Gone or any error."""
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        list_fn: Callable[..., Awaitable[Any]],
-        convert: Callable[[Mapping[str, Any]], T],
-        sanitize: Callable[[Any], Any],
-        on_change: Callable[[], None],
-        backoff: tuple[float, float] = (0.5, 30.0),
-        watch_timeout: int = 300,
-    ) -> None:
-        self.name = name
-        self.items: dict[tuple[str, str], T] = {}
-        self.synced = asyncio.Event()
-        self.relists = 0
-        self._list = list_fn
-        self._convert = convert
-        self._sanitize = sanitize
-        self._on_change = on_change
-        self._backoff = backoff
-        self._watch_timeout = watch_timeout
-
-    @staticmethod
-    def _key(raw: Mapping[str, Any]) -> tuple[str, str]:
-        meta = raw["metadata"]
-        return meta.get("namespace", ""), meta["name"]
-
-    async def _relist(self) -> str:
-        result = self._sanitize(await self._list(_request_timeout=REQUEST_TIMEOUT * 2))
-        self.items = {self._key(o): self._convert(o) for o in result.get("items") or []}
-        self.relists += 1
-        self.synced.set()
-        self._on_change()
-        return str(result["metadata"]["resourceVersion"])
-
-    async def run(self) -> None:
-        """List, then watch from the list's resourceVersion, forever."""
-        delay = self._backoff[0]
-        while True:
-            try:
-                version = await self._relist()
-                delay = self._backoff[0]
-                while True:
-                    version = await self._watch(version)
-            except asyncio.CancelledError:
-                raise
-            except ApiException as exc:
-                if exc.status == 410:
-                    log.info("watch expired, relisting", extra={"informer": self.name})
-                    continue
-                log.warning("watch failed", extra={"informer": self.name, "status": exc.status})
-            except Exception as exc:
-                log.warning("watch failed", extra={"informer": self.name, "error": type(exc).__name__})
-            await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, self._backoff[1])
-
-    async def _watch(self, version: str) -> str:
-        w = watch.Watch()
-        async with w.stream(
-            self._list,
-            resource_version=version,
-            timeout_seconds=self._watch_timeout,
-            allow_watch_bookmarks=True,
-        ) as stream:
-            async for event in stream:
-                raw = event["raw_object"]
-                kind = event["type"]
-                if kind == "BOOKMARK":
-                    version = raw["metadata"]["resourceVersion"]
-                    continue
-                key = self._key(raw)
-                if kind == "DELETED":
-                    self.items.pop(key, None)
-                else:
-                    self.items[key] = self._convert(raw)
-                version = raw["metadata"]["resourceVersion"]
-                self._on_change()
-        return version
-
-
-class Informers(Generic[T]):
-    """One cache over several informers (one per namespace), read like one Informer."""
-
-    def __init__(self, name: str, parts: Sequence[Informer[T]]) -> None:
-        self.name = name
-        self.parts = list(parts)
-        self.synced = asyncio.Event()
-
-    @property
-    def items(self) -> dict[tuple[str, str], T]:
-        """Every part's objects (the keys carry the namespace, so they never collide)."""
-        return {key: obj for part in self.parts for key, obj in part.items.items()}
-
-    @property
-    def relists(self) -> int:
-        """Relists of all parts."""
-        return sum(p.relists for p in self.parts)
-
-    async def run(self) -> None:
-        """Run every part; synced once all are."""
-
-        async def synced() -> None:
-            for part in self.parts:
-                await part.synced.wait()
-            self.synced.set()
-            await asyncio.Future()  # parts run until cancelled, and so does this
-
-        tasks = [asyncio.create_task(p.run(), name=f"informer-{p.name}") for p in self.parts]
-        tasks.append(asyncio.create_task(synced(), name=f"synced-{self.name}"))
-        await run_together(tasks, what="informer")
-
-
-Cache = Informer[T] | Informers[T]
-
-
-# -- the client -----------------------------------------------------------------------------------
-
-
 async def api_client(kubeconfig: str | None) -> client.ApiClient:
     """An API client from a kubeconfig file, or the in-cluster service account."""
     if kubeconfig:
@@ -340,41 +77,6 @@ class Kube:
         self.custom = client.CustomObjectsApi(api)
         self.batch = client.BatchV1Api(api)
         self.core = client.CoreV1Api(api)
-
-    def informers(self, on_change: Callable[[], None]) -> tuple[Cache[GroupObject], Cache[JobObject], Cache[PodObject]]:
-        """Caches of RunnerGroups, runner Jobs and their Pods: one list and watch of each in every served
-        namespace (a namespaced Role in each is all it needs), or one across all namespaces."""
-        sanitize = self.api.sanitize_for_serialization
-
-        def groups(ns: str) -> Callable[..., Awaitable[Any]]:
-            if ns:
-                return partial(self.custom.list_namespaced_custom_object, GROUP, VERSION, ns, PLURAL)
-            return partial(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
-
-        def jobs(ns: str) -> Callable[..., Awaitable[Any]]:
-            if ns:
-                return partial(self.batch.list_namespaced_job, ns, label_selector=SELECTOR)
-            return partial(self.batch.list_job_for_all_namespaces, label_selector=SELECTOR)
-
-        def pods(ns: str) -> Callable[..., Awaitable[Any]]:
-            if ns:
-                return partial(self.core.list_namespaced_pod, ns, label_selector=SELECTOR)
-            return partial(self.core.list_pod_for_all_namespaces, label_selector=SELECTOR)
-
-        def cache(name: str, lister: Callable[[str], Callable[..., Awaitable[Any]]], convert: Any) -> Cache[Any]:
-            parts = [
-                Informer(
-                    f"{name}/{ns}" if ns else name,
-                    list_fn=lister(ns),
-                    convert=convert,
-                    sanitize=sanitize,
-                    on_change=on_change,
-                )
-                for ns in self.namespaces or ("",)
-            ]
-            return parts[0] if len(parts) == 1 else Informers(name, parts)
-
-        return cache("runnergroups", groups, group_from), cache("jobs", jobs, job_from), cache("pods", pods, pod_from)
 
     async def create_job(self, body: Mapping[str, Any]) -> bool:
         """Create a Job; False if one of that name exists already (409 is success)."""

@@ -3,6 +3,7 @@
 Owns: the Job's name (a valid DNS-1123 label of at most 63 characters), its labels, annotations and
 controller ownerReference, and the pod invariants the controller enforces over the user's
 `podTemplate`: the runner container's image and env, `restartPolicy`, and no service-account token.
+(The Docker daemon of `containerMode: dind` is `dind`'s.)
 
 The registration token never reaches the runner container. An init container (`register`, the runner
 image) takes it through `secretKeyRef`, runs `act_runner register --ephemeral` once, and leaves the
@@ -20,8 +21,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.crd import API_VERSION, KIND, RunnerGroupSpec
+from reconciler.crd import API_VERSION, KIND
+from reconciler.dind import add_dind_sidecar, is_dind
 from reconciler.labels import effective_labels
+from reconciler.spec import RunnerGroupSpec
 
 GROUP_LABEL = "gitea.bpg.pw/runnergroup-name"
 MANAGED_BY_LABEL = "gitea.bpg.pw/managed-by"
@@ -48,12 +51,6 @@ _OWNED_ENV = (
     "GITEA_RUNNER_NAME",
     "GITEA_RUNNER_LABELS",
 )
-# containerMode dind: a Docker daemon as a native sidecar (an init container that keeps running; the
-# Pod ends when the runner does), reached through a socket on a shared emptyDir.
-DIND_CONTAINER = "dind"
-DIND_SOCKET_DIR = "/run/dind"
-DOCKER_HOST = f"unix://{DIND_SOCKET_DIR}/docker.sock"
-_DIND_VOLUMES = ("dind-socket", "dind-storage")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # POSIX sh, run by the register init container in the runner image (upstream's images have sh and
 # timeout). It registers once, prints why it failed as its last line (the Pod's termination message,
@@ -128,12 +125,6 @@ def runner_retry(name: str, *, job_id: int, attempt: int) -> int | None:
     return int(m["retry"] or 0)
 
 
-def is_dind(image: str) -> bool:
-    """Whether the image runs Docker-in-Docker, which needs a privileged container."""
-    tag = image.rsplit("/", 1)[-1]
-    return "dind" in tag
-
-
 def _runner_container(template_spec: dict[str, Any]) -> dict[str, Any]:
     containers: list[dict[str, Any]] = template_spec.setdefault("containers", [])
     for container in containers:
@@ -193,37 +184,6 @@ def _add_state_volume(pod: dict[str, Any], runner: dict[str, Any]) -> None:
     runner["volumeMounts"] = [*mounts, {"name": STATE_VOLUME, "mountPath": STATE_DIR}]
 
 
-def _add_dind_sidecar(pod: dict[str, Any], runner: dict[str, Any], *, image: str) -> None:
-    """A privileged dockerd next to the runner, its socket shared: the runner and its job containers
-    stay unprivileged. Whatever the podTemplate put under the same names is replaced."""
-    socket = {"name": _DIND_VOLUMES[0], "mountPath": DIND_SOCKET_DIR}
-    pod["volumes"] = [v for v in pod.get("volumes") or [] if v.get("name") not in _DIND_VOLUMES] + [
-        {"name": name, "emptyDir": {}} for name in _DIND_VOLUMES
-    ]
-    daemon = {
-        "name": DIND_CONTAINER,
-        "image": image,
-        "restartPolicy": "Always",  # a native sidecar: started first, stopped after the runner exits
-        "args": ["dockerd", f"--host={DOCKER_HOST}"],
-        "env": [{"name": "DOCKER_TLS_CERTDIR", "value": ""}],
-        "securityContext": {"privileged": True},
-        "volumeMounts": [socket, {"name": _DIND_VOLUMES[1], "mountPath": "/var/lib/docker"}],
-        # The runner starts once the daemon answers, so its first job never finds Docker missing.
-        "startupProbe": {
-            "exec": {"command": ["docker", f"--host={DOCKER_HOST}", "info"]},
-            "periodSeconds": 1,
-            "failureThreshold": 120,
-        },
-    }
-    inits = [c for c in pod.get("initContainers") or [] if c.get("name") != DIND_CONTAINER]
-    pod["initContainers"] = [daemon, *inits]
-    runner["env"] = [e for e in runner["env"] if e.get("name") != "DOCKER_HOST"] + [
-        {"name": "DOCKER_HOST", "value": DOCKER_HOST}
-    ]
-    mounts = [m for m in runner.get("volumeMounts") or [] if m.get("name") != _DIND_VOLUMES[0]]
-    runner["volumeMounts"] = [*mounts, socket]
-
-
 def build_job(
     group: GroupRef,
     spec: RunnerGroupSpec,
@@ -233,33 +193,8 @@ def build_job(
     queued_ms: int | None = None,
 ) -> dict[str, Any]:
     """The runner Job for one queued Gitea job (`job_id`), or a warm runner (`job_id=None`)."""
-    template: dict[str, Any] = copy.deepcopy(spec.pod_template or {})
-    meta: dict[str, Any] = template.setdefault("metadata", {})
     labels = {GROUP_LABEL: group.name, MANAGED_BY_LABEL: MANAGED_BY}
-    meta["labels"] = {**(meta.get("labels") or {}), **labels}
-    pod: dict[str, Any] = template.setdefault("spec", {})
-    pod["restartPolicy"] = "Never"
-    pod["automountServiceAccountToken"] = False
-    container = _runner_container(pod)
-    container["image"] = spec.image
-    user_env = [e for e in container.get("env") or [] if e.get("name") not in _OWNED_ENV]
-    container["env"] = runner_env(spec, name=name) + user_env
-    register = _register_container(spec, container, name=name)
-    _add_state_volume(pod, container)
-    # Nothing else in the Pod may see the register container's processes (and its token argument).
-    pod["shareProcessNamespace"] = False
-    # A runner that fails says why in its last log lines; they become the Pod's termination message,
-    # which the controller reports in the group's status (act_runner never logs the token).
-    container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
-    if is_dind(spec.image) and "securityContext" not in container:
-        container["securityContext"] = {"privileged": True}
-    if spec.container_mode == "dind":
-        _add_dind_sidecar(pod, container, image=spec.dind_image)
-    # Registered last, after the podTemplate's own init containers: a Pod that fails before it
-    # registers leaves no runner row in Gitea.
-    inits = [c for c in pod.get("initContainers") or [] if c.get("name") != REGISTER_CONTAINER]
-    pod["initContainers"] = [*inits, register]
-
+    template = _pod_template(spec, name=name, labels=labels)
     annotations: dict[str, str] = {}
     if job_id is not None:
         annotations[JOB_ID_ANNOTATION] = str(job_id)
@@ -280,16 +215,50 @@ def build_job(
             "namespace": group.namespace,
             "labels": labels,
             "annotations": annotations,
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": KIND,
-                    "name": group.name,
-                    "uid": group.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [_owner_reference(group)],
         },
         "spec": job_spec,
     }
+
+
+def _owner_reference(group: GroupRef) -> dict[str, Any]:
+    """The RunnerGroup as the Job's controller: deleting the group deletes its runner Jobs."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": group.name,
+        "uid": group.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _pod_template(spec: RunnerGroupSpec, *, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The group's `podTemplate` under the controller's invariants: the runner container's image and
+    env, the register init container, the state volume, and no service-account token."""
+    template: dict[str, Any] = copy.deepcopy(spec.pod_template or {})
+    meta: dict[str, Any] = template.setdefault("metadata", {})
+    meta["labels"] = {**(meta.get("labels") or {}), **labels}
+    pod: dict[str, Any] = template.setdefault("spec", {})
+    pod["restartPolicy"] = "Never"
+    pod["automountServiceAccountToken"] = False
+    container = _runner_container(pod)
+    container["image"] = spec.image
+    user_env = [e for e in container.get("env") or [] if e.get("name") not in _OWNED_ENV]
+    container["env"] = runner_env(spec, name=name) + user_env
+    register = _register_container(spec, container, name=name)
+    _add_state_volume(pod, container)
+    # Nothing else in the Pod may see the register container's processes (and its token argument).
+    pod["shareProcessNamespace"] = False
+    # A runner that fails says why in its last log lines; they become the Pod's termination message,
+    # which the controller reports in the group's status (act_runner never logs the token).
+    container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
+    if is_dind(spec.image) and "securityContext" not in container:
+        container["securityContext"] = {"privileged": True}
+    if spec.container_mode == "dind":
+        add_dind_sidecar(pod, container, image=spec.dind_image)
+    # Registered last, after the podTemplate's own init containers: a Pod that fails before it
+    # registers leaves no runner row in Gitea.
+    inits = [c for c in pod.get("initContainers") or [] if c.get("name") != REGISTER_CONTAINER]
+    pod["initContainers"] = [*inits, register]
+    return template

@@ -10,6 +10,33 @@ _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 _WAIT = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 _RUN = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 10800.0)
 
+# What each metric counts: its HELP text on /metrics.
+_HELP = {
+    "grs_runners_created": "Runner Jobs created, by reason.",
+    "grs_runners_deleted": "Runner Jobs deleted, by reason.",
+    "grs_queued_jobs": "Queued Gitea jobs a group serves.",
+    "grs_active_runners": "Runner Jobs not finished, per group.",
+    "grs_reconcile_duration_seconds": "Time of one group's reconcile pass.",
+    "grs_reconcile_pass_duration_seconds": (
+        "Time of one whole pass: read the queued jobs, assign them to groups, start the group passes."
+    ),
+    "grs_gitea_requests": "Gitea API requests by endpoint and outcome (ok, an HTTP status, error).",
+    "grs_reconcile_errors": "Reconcile errors by kind (transient, permanent).",
+    "grs_time_to_runner_seconds": (
+        "From a job being queued (as recorded) to the creation of a runner Job for it (not to its pickup: "
+        "see grs_job_queue_wait_seconds)."
+    ),
+    "grs_runners_kept_busy": "Surplus runners not deleted because Gitea said they run a job (Redis did not know).",
+    "grs_gitea_runners_removed": "Runner rows deleted in Gitea, by why their runner went (ghost: found by the sweep).",
+    "grs_job_queue_wait_seconds": "From a job being queued to a runner of the group taking it: what developers wait.",
+    "grs_job_run_seconds": "From a runner of the group taking a job to the job's completion.",
+    "grs_jobs_completed": "Jobs the group's runners ran to completion, by Gitea's conclusion.",
+    "grs_runners": "Runner Jobs by state (pending, idle, busy, finishing, succeeded, failed).",
+    "grs_desired_runners": "Runners the group wants after this pass (queued jobs + minIdleRunners, within the cap).",
+    "grs_max_runners": "The group's maxActiveRunners.",
+    "grs_registration_failures": "Runners that failed to register with Gitea (wrong token, Gitea unreachable).",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Metrics:
@@ -56,98 +83,36 @@ class Metrics:
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> Metrics:
-        """Declare the metrics on `registry`."""
+        """Declare the metrics on `registry` (what each one counts is in `_HELP`)."""
         return cls(
-            runners_created=Counter(
-                "grs_runners_created", "Runner Jobs created, by reason.", ["group", "reason"], registry=registry
-            ),
-            runners_deleted=Counter(
-                "grs_runners_deleted", "Runner Jobs deleted, by reason.", ["group", "reason"], registry=registry
-            ),
-            queued_jobs=Gauge("grs_queued_jobs", "Queued Gitea jobs a group serves.", ["group"], registry=registry),
-            active_runners=Gauge(
-                "grs_active_runners", "Runner Jobs not finished, per group.", ["group"], registry=registry
-            ),
-            reconcile_seconds=Histogram(
-                "grs_reconcile_duration_seconds",
-                "Time of one group's reconcile pass.",
-                buckets=_SECONDS,
-                registry=registry,
-            ),
-            pass_seconds=Histogram(
-                "grs_reconcile_pass_duration_seconds",
-                "Time of one whole pass: read the queued jobs, assign them to groups, start the group passes.",
-                buckets=_SECONDS,
-                registry=registry,
-            ),
-            gitea_requests=Counter(
-                "grs_gitea_requests",
-                "Gitea API requests by endpoint and outcome (ok, an HTTP status, error).",
-                ["endpoint", "outcome"],
-                registry=registry,
-            ),
-            errors=Counter(
-                "grs_reconcile_errors",
-                "Reconcile errors by kind (transient, permanent).",
-                ["group", "kind"],
-                registry=registry,
-            ),
-            time_to_runner=Histogram(
-                "grs_time_to_runner_seconds",
-                "From a job being queued (as recorded) to the creation of a runner Job for it (not to its pickup: "
-                "see grs_job_queue_wait_seconds).",
-                buckets=_SECONDS,
-                registry=registry,
-            ),
-            runners_kept_busy=Counter(
-                "grs_runners_kept_busy",
-                "Surplus runners not deleted because Gitea said they run a job (Redis did not know).",
-                ["group"],
-                registry=registry,
-            ),
-            gitea_runners_removed=Counter(
-                "grs_gitea_runners_removed",
-                "Runner rows deleted in Gitea, by why their runner went (ghost: found by the sweep).",
-                ["group", "reason"],
-                registry=registry,
-            ),
-            queue_wait=Histogram(
-                "grs_job_queue_wait_seconds",
-                "From a job being queued to a runner of the group taking it: what developers wait.",
-                ["group"],
-                buckets=_WAIT,
-                registry=registry,
-            ),
-            run_seconds=Histogram(
-                "grs_job_run_seconds",
-                "From a runner of the group taking a job to the job's completion.",
-                ["group"],
-                buckets=_RUN,
-                registry=registry,
-            ),
-            jobs_completed=Counter(
-                "grs_jobs_completed",
-                "Jobs the group's runners ran to completion, by Gitea's conclusion.",
-                ["group", "conclusion"],
-                registry=registry,
-            ),
-            runners=Gauge(
-                "grs_runners",
-                "Runner Jobs by state (pending, idle, busy, finishing, succeeded, failed).",
-                ["group", "state"],
-                registry=registry,
-            ),
-            desired_runners=Gauge(
-                "grs_desired_runners",
-                "Runners the group wants after this pass (queued jobs + minIdleRunners, within the cap).",
-                ["group"],
-                registry=registry,
-            ),
-            max_runners=Gauge("grs_max_runners", "The group's maxActiveRunners.", ["group"], registry=registry),
-            registration_failures=Counter(
-                "grs_registration_failures",
-                "Runners that failed to register with Gitea (wrong token, Gitea unreachable).",
-                ["group"],
-                registry=registry,
-            ),
+            runners_created=_counter(registry, "grs_runners_created", "group", "reason"),
+            runners_deleted=_counter(registry, "grs_runners_deleted", "group", "reason"),
+            queued_jobs=_gauge(registry, "grs_queued_jobs", "group"),
+            active_runners=_gauge(registry, "grs_active_runners", "group"),
+            reconcile_seconds=_histogram(registry, "grs_reconcile_duration_seconds", buckets=_SECONDS),
+            pass_seconds=_histogram(registry, "grs_reconcile_pass_duration_seconds", buckets=_SECONDS),
+            gitea_requests=_counter(registry, "grs_gitea_requests", "endpoint", "outcome"),
+            errors=_counter(registry, "grs_reconcile_errors", "group", "kind"),
+            time_to_runner=_histogram(registry, "grs_time_to_runner_seconds", buckets=_SECONDS),
+            runners_kept_busy=_counter(registry, "grs_runners_kept_busy", "group"),
+            gitea_runners_removed=_counter(registry, "grs_gitea_runners_removed", "group", "reason"),
+            queue_wait=_histogram(registry, "grs_job_queue_wait_seconds", "group", buckets=_WAIT),
+            run_seconds=_histogram(registry, "grs_job_run_seconds", "group", buckets=_RUN),
+            jobs_completed=_counter(registry, "grs_jobs_completed", "group", "conclusion"),
+            runners=_gauge(registry, "grs_runners", "group", "state"),
+            desired_runners=_gauge(registry, "grs_desired_runners", "group"),
+            max_runners=_gauge(registry, "grs_max_runners", "group"),
+            registration_failures=_counter(registry, "grs_registration_failures", "group"),
         )
+
+
+def _counter(registry: CollectorRegistry, name: str, *labels: str) -> Counter:
+    return Counter(name, _HELP[name], labels, registry=registry)
+
+
+def _gauge(registry: CollectorRegistry, name: str, *labels: str) -> Gauge:
+    return Gauge(name, _HELP[name], labels, registry=registry)
+
+
+def _histogram(registry: CollectorRegistry, name: str, *labels: str, buckets: tuple[float, ...]) -> Histogram:
+    return Histogram(name, _HELP[name], labels, buckets=buckets, registry=registry)

@@ -20,70 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
-from reconciler.crd import RunnerGroupSpec
+from reconciler.phases import ACTIVE, Phase, Runner
+from reconciler.spec import RunnerGroupSpec
 from webhook_scaler.jobs import QueuedJob
-
-
-class Phase(StrEnum):
-    """What a runner Job is doing, classified from the Job and its Pod."""
-
-    PENDING = "pending"  # no Pod yet, or the Pod is not running (scheduling, pulling the image)
-    IDLE = "idle"  # running, not known to have taken a job
-    BUSY = "busy"  # running a Gitea job
-    # still running although the one job it took is over: act_runner exits within a second after a
-    # job, unless Gitea removed it mid-job (a cancelled run deletes the ephemeral runner's row, and
-    # the runner never hears of the cancel); after a grace it is deleted, as it serves nobody
-    FINISHING = "finishing"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-
-
-ACTIVE = frozenset({Phase.PENDING, Phase.IDLE, Phase.BUSY, Phase.FINISHING})
-
-
-@dataclass(frozen=True, slots=True)
-class Runner:
-    """One runner Job of the group."""
-
-    name: str
-    phase: Phase
-    since_ms: int  # when it entered its phase (creation for PENDING, pod start for IDLE)
-    job_id: int | None = None  # the Gitea job it was started for (None: a warm runner)
-    reason: str = ""  # why it failed, for FAILED
-    finished_ms: int = 0  # when it finished, for SUCCEEDED and FAILED
-
-
-def classify(
-    name: str,
-    *,
-    job_id: int | None,
-    created_ms: int,
-    finished: str,
-    reason: str,
-    pod_phases: Sequence[tuple[str, int | None]],
-    busy: bool,
-    finished_ms: int = 0,
-    done_ms: int | None = None,
-) -> Runner:
-    """A runner's phase from its Job's finish condition, its Pods' (phase, running-since) and Gitea's word
-    (`busy`: it runs a job; `done_ms`: when the job it took completed)."""
-    if finished == "Complete":
-        return Runner(name, Phase.SUCCEEDED, created_ms, job_id, finished_ms=finished_ms or created_ms)
-    if finished == "Failed":
-        return Runner(name, Phase.FAILED, created_ms, job_id, reason or "Failed", finished_ms or created_ms)
-    running = [since for phase, since in pod_phases if phase == "Running"]
-    if busy:
-        return Runner(name, Phase.BUSY, min((s for s in running if s), default=created_ms), job_id)
-    if running and done_ms is not None:
-        return Runner(name, Phase.FINISHING, done_ms, job_id)
-    if running:
-        return Runner(name, Phase.IDLE, min((s for s in running if s), default=created_ms), job_id)
-    if any(phase == "Succeeded" for phase, _ in pod_phases):
-        # The runner exited 0 after its one job; the Job's Complete condition follows shortly.
-        return Runner(name, Phase.SUCCEEDED, created_ms, job_id)
-    return Runner(name, Phase.PENDING, created_ms, job_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,49 +120,88 @@ def plan(
     held = streak is not None and now_ms < streak.retry_at_ms
     active = [r for r in runners if r.phase in ACTIVE]
     pending_limit = spec.pending_timeout_seconds * 1000
-    delete = _reaped(active, now_ms=now_ms, pending_limit=pending_limit, finish_grace_ms=finish_grace_ms)
+    expired = _reaped(active, now_ms=now_ms, pending_limit=pending_limit, finish_grace_ms=finish_grace_ms)
+    create, delete, counts = _sized(
+        queued, runners, expired, spec=spec, held=held, in_flight=in_flight, now_ms=now_ms, idle_grace_ms=idle_grace_ms
+    )
+    limits = {Phase.IDLE: idle_grace_ms, Phase.PENDING: pending_limit, Phase.FINISHING: finish_grace_ms}
+    return Plan(
+        create=tuple(create),
+        delete=tuple(delete),
+        counts=counts,
+        failed=tuple(r for r in runners if r.phase is Phase.FAILED),
+        backoff=streak,
+        held=held,
+        wake_at_ms=_wake_at(active, expired, limits, holding=streak if held else None, now_ms=now_ms),
+    )
+
+
+def _wake_at(
+    active: Sequence[Runner],
+    expired: Sequence[Delete],
+    limits: dict[Phase, int],
+    *,
+    holding: Backoff | None,
+    now_ms: int,
+) -> int | None:
+    """The first deadline still ahead: a runner not reaped reaching its phase's limit, or the end of the
+    backoff that is `holding` the group back."""
+    reaped = {d.name for d in expired}
+    deadlines = [r.since_ms + limits[r.phase] for r in active if r.phase in limits and r.name not in reaped]
+    if holding is not None:
+        deadlines.append(holding.retry_at_ms)
+    return min((d for d in deadlines if d > now_ms), default=None)
+
+
+def _sized(
+    queued: Sequence[QueuedJob],
+    runners: Sequence[Runner],
+    expired: Sequence[Delete],
+    *,
+    spec: RunnerGroupSpec,
+    held: bool,
+    in_flight: frozenset[str],
+    now_ms: int,
+    idle_grace_ms: int,
+) -> tuple[list[Create], list[Delete], Counts]:
+    """The group sized to its demand once the `expired` runners go: the runners to create (none while
+    suspended or `held`), every runner to delete (the expired ones, then surplus idle ones), the counts."""
+    active = [r for r in runners if r.phase in ACTIVE]
+    delete = list(expired)
     reaped = {d.name for d in delete}
     spare = [r for r in active if r.phase in (Phase.PENDING, Phase.IDLE) and r.name not in reaped]
     active_count = len(active) - len(reaped) + len(in_flight)
-
     wanting, served_elsewhere = _wanting(queued, runners, reaped, in_flight)
     demand = 0 if spec.suspend else len(queued) - served_elsewhere + spec.min_idle_runners
     surplus = len(spare) + len(in_flight) - demand
-    idle = sorted((r for r in spare if r.phase is Phase.IDLE), key=lambda r: (r.since_ms, r.name))
-    for r in idle:
-        if surplus <= 0:
-            break
-        if now_ms - r.since_ms >= idle_grace_ms:
-            delete.append(Delete(r.name, "surplus_idle", r.job_id))
-            active_count -= 1
-            surplus -= 1
-
+    idle = _surplus_idle(spare, surplus=surplus, now_ms=now_ms, idle_grace_ms=idle_grace_ms)
+    delete.extend(idle)
+    active_count -= len(idle)
+    surplus -= len(idle)
     create: list[Create] = []
     if not spec.suspend and not held and surplus < 0:
         wanted = min(-surplus, spec.max_active_runners - active_count)
         create = wanting[: max(0, wanted)]
         create.extend(Create(None) for _ in range(max(0, wanted - len(create))))
-
-    failed = tuple(r for r in runners if r.phase is Phase.FAILED)
     deleted = {d.name for d in delete}
     counts = Counts(
         active=max(0, active_count + len(create)),
         idle=sum(1 for r in spare if r.phase is Phase.IDLE and r.name not in deleted),
         queued=len(queued),
     )
-    limits = {Phase.IDLE: idle_grace_ms, Phase.PENDING: pending_limit, Phase.FINISHING: finish_grace_ms}
-    deadlines = [r.since_ms + limits[r.phase] for r in active if r.phase in limits and r.name not in reaped]
-    if held and streak is not None:
-        deadlines.append(streak.retry_at_ms)
-    return Plan(
-        create=tuple(create),
-        delete=tuple(delete),
-        counts=counts,
-        failed=failed,
-        backoff=streak,
-        held=held,
-        wake_at_ms=min((d for d in deadlines if d > now_ms), default=None),
-    )
+    return create, delete, counts
+
+
+def _surplus_idle(spare: Sequence[Runner], *, surplus: int, now_ms: int, idle_grace_ms: int) -> list[Delete]:
+    """The idle runners past the idle grace to delete, longest idle first, `surplus` at most."""
+    delete: list[Delete] = []
+    idle = sorted((r for r in spare if r.phase is Phase.IDLE), key=lambda r: (r.since_ms, r.name))
+    for r in idle:
+        if surplus - len(delete) <= 0:
+            break
+        if now_ms - r.since_ms >= idle_grace_ms:
+            delete.append(Delete(r.name, "surplus_idle", r.job_id))
+    return delete
 
 
 def _reaped(active: Sequence[Runner], *, now_ms: int, pending_limit: int, finish_grace_ms: int) -> list[Delete]:

@@ -14,11 +14,12 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
-from reconciler.crd import RunnerGroupSpec
 from reconciler.gitea_runners import RunnerRows, scope_of
 from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
-from reconciler.kube import GroupObject, JobObject, Kube, PermanentError, TransientError
+from reconciler.kube import Kube, PermanentError, TransientError
+from reconciler.objects import GroupObject, JobObject
 from reconciler.settings import Settings
+from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.status import Condition, timestamp
 from webhook_scaler.coordination import Coordination

@@ -20,12 +20,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from reconciler.apply import GroupPass
-from reconciler.crd import RunnerGroupSpec
 from reconciler.errors import kind_of
-from reconciler.kube import GroupObject, Kube
+from reconciler.kube import Kube
 from reconciler.metrics import Metrics
+from reconciler.objects import GroupObject
 from reconciler.plan import Counts
 from reconciler.settings import Settings
+from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.status import desired_status, pass_fields
 from webhook_scaler.coordination import Coordination

@@ -14,10 +14,11 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reconciler.crd import RunnerGroupSpec
-from reconciler.kube import GroupObject, JobObject, Kube, PermanentError
+from reconciler.kube import Kube, PermanentError
 from reconciler.manifests import build_job, job_name, runner_retry, runner_suffix
+from reconciler.objects import GroupObject, JobObject
 from reconciler.plan import Create
+from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.status import SEAT_EPOCH
 from webhook_scaler.coordination import CLAIM_PENDING_S, CREATE_DEADLINE_S, RECLAIM_AFTER_S, Coordination

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from reconciler.crd import RunnerGroupSpec
-from reconciler.plan import Backoff, Counts, Runner
+from reconciler.phases import Runner
+from reconciler.plan import Backoff, Counts
+from reconciler.spec import RunnerGroupSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.crd import RunnerGroupSpec
+from reconciler.spec import RunnerGroupSpec
 
 
 def spec_dict(**changes: Any) -> dict[str, Any]:

@@ -14,9 +14,10 @@ from prometheus_client import CollectorRegistry
 
 from reconciler.gitea_runners import RunnerRows, owners, scope_of
 from reconciler.giteaapi import GiteaClient
-from reconciler.kube import GroupObject, JobObject, Kube
+from reconciler.kube import Kube
 from reconciler.manifests import job_name
 from reconciler.metrics import Metrics
+from reconciler.objects import GroupObject, JobObject
 from reconciler.plan import Delete
 from tests.fake_gitea import FakeGitea
 from tests.groups import spec

@@ -25,9 +25,11 @@ from redis.asyncio import Redis
 
 from reconciler.controller import Controller
 from reconciler.giteaapi import GiteaClient
-from reconciler.kube import Informer, Kube, api_client, job_from
+from reconciler.informers import Informer
+from reconciler.kube import Kube, api_client
 from reconciler.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, GroupRef, build_job
 from reconciler.metrics import Metrics
+from reconciler.objects import job_from
 from reconciler.settings import Settings
 from reconciler.state import GroupState
 from tests.fake_gitea import FakeGitea

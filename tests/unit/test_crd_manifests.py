@@ -12,8 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from reconciler.crd import RunnerGroupSpec, crd, parse_duration
-from reconciler.manifests import JOB_ID_ANNOTATION, GroupRef, build_job, is_dind, job_name
+from reconciler.crd import crd
+from reconciler.dind import is_dind
+from reconciler.manifests import JOB_ID_ANNOTATION, GroupRef, build_job, job_name
+from reconciler.spec import RunnerGroupSpec, parse_duration
 from tests import groups
 from tests.groups import REFUSED, changed, operator_form, spec_dict
 

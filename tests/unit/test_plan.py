@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.crd import RunnerGroupSpec
-from reconciler.plan import ACTIVE, Create, Delete, Phase, Runner, classify, plan
+from reconciler.phases import ACTIVE, Phase, Runner, classify
+from reconciler.plan import Create, Delete, plan
+from reconciler.spec import RunnerGroupSpec
 from tests.groups import spec
 from webhook_scaler.jobs import QueuedJob
 

@@ -1,0 +1,54 @@
+"""Pure: Docker-in-Docker for runner Pods, as `build_job` adds it.
+
+Owns: `containerMode: dind`, a privileged Docker daemon next to the runner whose socket the runner
+reaches on a shared emptyDir, and whether a runner image is itself a dind one (which needs a
+privileged container). Must not do I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# containerMode dind: a Docker daemon as a native sidecar (an init container that keeps running; the
+# Pod ends when the runner does), reached through a socket on a shared emptyDir.
+DIND_CONTAINER = "dind"
+DIND_SOCKET_DIR = "/run/dind"
+DOCKER_HOST = f"unix://{DIND_SOCKET_DIR}/docker.sock"
+_DIND_VOLUMES = ("dind-socket", "dind-storage")
+
+
+def is_dind(image: str) -> bool:
+    """Whether the image runs Docker-in-Docker, which needs a privileged container."""
+    tag = image.rsplit("/", 1)[-1]
+    return "dind" in tag
+
+
+def add_dind_sidecar(pod: dict[str, Any], runner: dict[str, Any], *, image: str) -> None:
+    """A privileged dockerd next to the runner, its socket shared: the runner and its job containers
+    stay unprivileged. Whatever the podTemplate put under the same names is replaced."""
+    socket = {"name": _DIND_VOLUMES[0], "mountPath": DIND_SOCKET_DIR}
+    pod["volumes"] = [v for v in pod.get("volumes") or [] if v.get("name") not in _DIND_VOLUMES] + [
+        {"name": name, "emptyDir": {}} for name in _DIND_VOLUMES
+    ]
+    daemon = {
+        "name": DIND_CONTAINER,
+        "image": image,
+        "restartPolicy": "Always",  # a native sidecar: started first, stopped after the runner exits
+        "args": ["dockerd", f"--host={DOCKER_HOST}"],
+        "env": [{"name": "DOCKER_TLS_CERTDIR", "value": ""}],
+        "securityContext": {"privileged": True},
+        "volumeMounts": [socket, {"name": _DIND_VOLUMES[1], "mountPath": "/var/lib/docker"}],
+        # The runner starts once the daemon answers, so its first job never finds Docker missing.
+        "startupProbe": {
+            "exec": {"command": ["docker", f"--host={DOCKER_HOST}", "info"]},
+            "periodSeconds": 1,
+            "failureThreshold": 120,
+        },
+    }
+    inits = [c for c in pod.get("initContainers") or [] if c.get("name") != DIND_CONTAINER]
+    pod["initContainers"] = [daemon, *inits]
+    runner["env"] = [e for e in runner["env"] if e.get("name") != "DOCKER_HOST"] + [
+        {"name": "DOCKER_HOST", "value": DOCKER_HOST}
+    ]
+    mounts = [m for m in runner.get("volumeMounts") or [] if m.get("name") != _DIND_VOLUMES[0]]
+    runner["volumeMounts"] = [*mounts, socket]

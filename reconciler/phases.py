@@ -1,0 +1,71 @@
+"""Pure: what each runner Job of a group is doing, classified from its Job, its Pods and Gitea's word.
+
+Owns: `Phase`, `Runner` (one runner Job as `plan` decides from it) and `classify`. Classified before
+anything is decided, so `plan` never reads a Job or a Pod. Must not do I/O or read the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Phase(StrEnum):
+    """What a runner Job is doing, classified from the Job and its Pod."""
+
+    PENDING = "pending"  # no Pod yet, or the Pod is not running (scheduling, pulling the image)
+    IDLE = "idle"  # running, not known to have taken a job
+    BUSY = "busy"  # running a Gitea job
+    # still running although the one job it took is over: act_runner exits within a second after a
+    # job, unless Gitea removed it mid-job (a cancelled run deletes the ephemeral runner's row, and
+    # the runner never hears of the cancel); after a grace it is deleted, as it serves nobody
+    FINISHING = "finishing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+ACTIVE = frozenset({Phase.PENDING, Phase.IDLE, Phase.BUSY, Phase.FINISHING})
+
+
+@dataclass(frozen=True, slots=True)
+class Runner:
+    """One runner Job of the group."""
+
+    name: str
+    phase: Phase
+    since_ms: int  # when it entered its phase (creation for PENDING, pod start for IDLE)
+    job_id: int | None = None  # the Gitea job it was started for (None: a warm runner)
+    reason: str = ""  # why it failed, for FAILED
+    finished_ms: int = 0  # when it finished, for SUCCEEDED and FAILED
+
+
+def classify(
+    name: str,
+    *,
+    job_id: int | None,
+    created_ms: int,
+    finished: str,
+    reason: str,
+    pod_phases: Sequence[tuple[str, int | None]],
+    busy: bool,
+    finished_ms: int = 0,
+    done_ms: int | None = None,
+) -> Runner:
+    """A runner's phase from its Job's finish condition, its Pods' (phase, running-since) and Gitea's word
+    (`busy`: it runs a job; `done_ms`: when the job it took completed)."""
+    if finished == "Complete":
+        return Runner(name, Phase.SUCCEEDED, created_ms, job_id, finished_ms=finished_ms or created_ms)
+    if finished == "Failed":
+        return Runner(name, Phase.FAILED, created_ms, job_id, reason or "Failed", finished_ms or created_ms)
+    running = [since for phase, since in pod_phases if phase == "Running"]
+    if busy:
+        return Runner(name, Phase.BUSY, min((s for s in running if s), default=created_ms), job_id)
+    if running and done_ms is not None:
+        return Runner(name, Phase.FINISHING, done_ms, job_id)
+    if running:
+        return Runner(name, Phase.IDLE, min((s for s in running if s), default=created_ms), job_id)
+    if any(phase == "Succeeded" for phase, _ in pod_phases):
+        # The runner exited 0 after its one job; the Job's Complete condition follows shortly.
+        return Runner(name, Phase.SUCCEEDED, created_ms, job_id)
+    return Runner(name, Phase.PENDING, created_ms, job_id)
