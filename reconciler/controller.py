@@ -105,7 +105,7 @@ class Controller:
             views=self.views,
             state_of=self.scheduler.state_of,
             wake=self.wake.set,
-            jobs=self.jobs.items,
+            jobs=lambda: self.jobs.items,
         )
 
     def state_of(self, group: GroupObject) -> GroupState:

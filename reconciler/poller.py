@@ -45,7 +45,7 @@ class Poller:
         views: Views,
         state_of: Callable[[GroupObject], GroupState],
         wake: Callable[[], None],
-        jobs: Mapping[tuple[str, str], JobObject],
+        jobs: Callable[[], Mapping[tuple[str, str], JobObject]],
     ) -> None:
         self.settings = settings
         self.kube = kube
@@ -56,7 +56,7 @@ class Poller:
         self.views = views
         self.state_of = state_of
         self.wake = wake
-        self.jobs = jobs  # the runner Jobs cache, by (namespace, name)
+        self.jobs = jobs  # the runner Jobs cache now, by (namespace, name): a cache replaces its map on relist
 
     async def poll_forever(self) -> None:
         """Poll every `poll_interval` (with jitter), backing off while polls fail."""
@@ -143,4 +143,4 @@ class Poller:
         for groups in scopes.values():
             for g in groups:
                 seated[g.uid] = set((await self.coordination.seats(g.uid)).held)
-        return await self.rows.sweep(scopes, self.jobs, seated)
+        return await self.rows.sweep(scopes, self.jobs(), seated)

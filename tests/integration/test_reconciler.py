@@ -383,7 +383,9 @@ async def test_runner_jobs_hold_seats_under_the_epoch_the_status_records(
     for job_id in (31, 32, 33):
         await queue(redis, job_id, labels=[])
     async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
-        jobs = await eventually(lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns)] or None)
+        jobs = await eventually(
+            lambda: len(names := [j["metadata"]["name"] for j in runner_jobs(kube, ns)]) == 2 and names
+        )
         epoch = cast("bytes", await redis.get("{grs}:epoch")).decode().split(":")[0]
         recorded = await eventually(lambda: group_status(kube, ns, "seated").get("seatEpoch"))
         group_obj = next(g for g in controller.groups.items.values() if g.name == "seated")
@@ -541,3 +543,23 @@ def test_every_example_applies_to_the_api_server(kube: KubeCluster) -> None:
             else:
                 status, body = api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", doc)
             assert status == 201, (path.name, body)
+
+
+async def test_the_ghost_sweep_spares_the_row_of_a_runner_whose_job_the_cache_holds(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis, aiohttp_server: MakeServer
+) -> None:
+    """A runner offline in Gitea whose Job is alive keeps its row, even without a seat (Redis lost it):
+    the sweep reads the Jobs cache as it is now, not as it was when the controller started."""
+    fake = FakeGitea(token=API_TOKEN)
+    server = await aiohttp_server(fake.app())
+    ns = namespace(kube)
+    create_group(kube, ns, "swept", gitea={"url": str(server.make_url("")).rstrip("/")}, labels=[], defaultLabels=[])
+    await queue(redis, 61, labels=[])
+    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+        (name,) = await eventually(lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns)])
+        await eventually(lambda: any(j.name == name for j in controller.jobs.items.values()))
+        fake.add_runner(name, status="offline")
+        group_obj = next(g for g in controller.groups.items.values() if g.name == "swept")
+        await redis.delete(f"{{grs}}:seats:{group_obj.uid}")  # no seat protects it now
+        assert await controller.sweep_once() == 0
+    assert fake.deleted == []
