@@ -14,10 +14,11 @@ import contextlib
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -251,21 +252,10 @@ class NodeStack:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
         )
 
-    @contextlib.contextmanager
-    def reconfigured(self, **env: str) -> Iterator[None]:
+    def reconfigured(self, **env: str) -> contextlib.AbstractContextManager[None]:
         """The reconciler restarted with some settings changed, and restarted as it was afterwards."""
         assert self.reconciler is not None
-        before = dict(self.reconciler.env)
-        port = int(self.metrics_url.rsplit(":", 1)[1].split("/")[0])
-        self.reconciler.stop()
-        self.reconciler.env.update(env)
-        self.reconciler.start(port=port)
-        try:
-            yield
-        finally:
-            self.reconciler.stop()
-            self.reconciler.env = before
-            self.reconciler.start(port=port)
+        return self.reconciler.reconfigured(port=urlsplit(self.metrics_url).port, **env)
 
     def our_log(self, which: Literal["receiver", "reconciler"]) -> str:
         """What our process on the host logged (in the Helm scenarios they run in Pods instead)."""
