@@ -1,8 +1,10 @@
-"""Fixtures shared by every test folder: real Gitea payloads and the Redis backends."""
+"""Fixtures shared by every test folder: real Gitea payloads and the Redis backends; and the order the
+tests of each module run in (GRS_TEST_ORDER, tests/order.py)."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,11 +16,26 @@ from redis.asyncio import Redis
 
 from reconciler.crd import crd
 from tests.kube_cluster import KubeCluster, apply_crd
+from tests.order import VARIABLE, arranged
 from tests.redis_server import RedisServer
 from tests.redis_topology import ClusterServers, SentinelServers
 
 DATA = Path(__file__).parent / "data" / "gitea"
 SECRET = "gitea-webhook-test-secret"
+
+
+def pytest_report_header() -> str | None:
+    order = os.environ.get(VARIABLE, "")
+    return f"{VARIABLE}={order}: the tests of each module run in this order, not as written" if order else None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Reorder the tests within each module as GRS_TEST_ORDER says; unset, as written (as CI runs them)."""
+    try:
+        items[:] = arranged(items, module=lambda item: item.path, order=os.environ.get(VARIABLE, ""))
+    except ValueError as err:
+        raise pytest.UsageError(str(err)) from None
 
 
 @dataclass(frozen=True)

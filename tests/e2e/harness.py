@@ -8,6 +8,7 @@ and `reconciler` as real processes with real configuration (environment variable
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import secrets
@@ -16,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -210,6 +212,20 @@ class Service:
         """SIGTERM, and wait."""
         _stop(self.proc, self._log)
         self.proc = None
+
+    @contextlib.contextmanager
+    def reconfigured(self, *, port: int | None = None, **env: str) -> Iterator[None]:
+        """Restarted with some settings changed, and restarted as it was afterwards."""
+        before = dict(self.env)
+        self.stop()
+        self.env.update(env)
+        self.start(port=port)
+        try:
+            yield
+        finally:
+            self.stop()
+            self.env = before
+            self.start(port=port)
 
     def log(self) -> str:
         """What it logged so far."""

@@ -14,15 +14,17 @@ import contextlib
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler.crd import crd
 from tests.e2e.harness import Gitea, Service, deliveries, our_services
+from tests.e2e.watch import finished
 from tests.kube_cluster import api_request, apply_crd
 from tests.node.cluster import NODE_IP, NodeCluster, image
 from tests.redis_server import RedisServer
@@ -78,6 +80,7 @@ class NodeStack:
     registration_token: str
     runner_image: str
     webhook_secret: str = SECRET
+    namespaces: list[str] = field(default_factory=list)  # every one `namespace()` made, oldest first
 
     # -- Kubernetes -----------------------------------------------------------------------------
 
@@ -85,6 +88,7 @@ class NodeStack:
         """A new namespace (`name-xxxxx` when unique) holding the Secret with the registration and API tokens."""
         ns = f"{name}-{uuid.uuid4().hex[:5]}" if unique else name
         assert api_request(self.node, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}})[0] == 201
+        self.namespaces.append(ns)
         self.set_tokens(ns, registration_token=registration_token or self.registration_token, create=True)
         return ns
 
@@ -135,6 +139,37 @@ class NodeStack:
     def runner_jobs(self, ns: str) -> list[dict[str, Any]]:
         """The runner Jobs in a namespace."""
         return list(api_request(self.node, "GET", f"/apis/batch/v1/namespaces/{ns}/jobs")[1]["items"])
+
+    def active_runners(self, ns: str) -> list[str]:
+        """The names of a namespace's runner Jobs that have not finished."""
+        return [j["metadata"]["name"] for j in self.runner_jobs(ns) if not finished(j)]
+
+    def clear(self, ns: str) -> None:
+        """Delete a namespace and everything in it, its warm runners first the product's way (scaled to no
+        idle runner, so that their rows in Gitea go too), and wait until it is gone."""
+        path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups"
+        try:
+            for group in api_request(self.node, "GET", path)[1]["items"]:
+                if group["spec"].get("minIdleRunners"):
+                    patch = {"spec": {"minIdleRunners": 0}}
+                    url = f"{path}/{group['metadata']['name']}"
+                    api_request(self.node, "PATCH", url, patch, content_type="application/merge-patch+json")
+            wait_for(
+                lambda: not self.active_runners(ns),
+                timeout=90,
+                what=f"no runner left in {ns}",
+                explain=lambda: self.describe_runners(ns),
+            )
+        finally:
+            # What is left (a test that failed midway, a Pod of its own) goes without a grace period.
+            api_request(self.node, "DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs?propagationPolicy=Background")
+            api_request(self.node, "DELETE", f"/api/v1/namespaces/{ns}/pods?gracePeriodSeconds=0")
+            api_request(self.node, "DELETE", f"/api/v1/namespaces/{ns}")
+            wait_for(
+                lambda: api_request(self.node, "GET", f"/api/v1/namespaces/{ns}")[0] == 404,
+                timeout=120,
+                what=f"namespace {ns} deleted",
+            )
 
     def describe_runners(self, ns: str) -> str:
         """Each runner Job of a namespace with its Pods' phases, and what the reconciler logged about
@@ -251,21 +286,10 @@ class NodeStack:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
         )
 
-    @contextlib.contextmanager
-    def reconfigured(self, **env: str) -> Iterator[None]:
+    def reconfigured(self, **env: str) -> contextlib.AbstractContextManager[None]:
         """The reconciler restarted with some settings changed, and restarted as it was afterwards."""
         assert self.reconciler is not None
-        before = dict(self.reconciler.env)
-        port = int(self.metrics_url.rsplit(":", 1)[1].split("/")[0])
-        self.reconciler.stop()
-        self.reconciler.env.update(env)
-        self.reconciler.start(port=port)
-        try:
-            yield
-        finally:
-            self.reconciler.stop()
-            self.reconciler.env = before
-            self.reconciler.start(port=port)
+        return self.reconciler.reconfigured(port=urlsplit(self.metrics_url).port, **env)
 
     def our_log(self, which: Literal["receiver", "reconciler"]) -> str:
         """What our process on the host logged (in the Helm scenarios they run in Pods instead)."""

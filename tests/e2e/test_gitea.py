@@ -5,6 +5,9 @@ A push to a real Gitea queues jobs; Gitea delivers signed `workflow_job` webhook
 has no node, so the runner Jobs stay Pending and the jobs stay queued: these tests look at the
 decisions alone (which jobs get a runner, from which signal). test_node.py runs the same product on a
 real node, where act_runner Pods take the jobs.
+
+Each test has a RunnerGroup, runner label and repository of its own, and a test that turns polling on
+or stops the receiver puts it back: the order they run in does not matter.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -30,7 +35,7 @@ from tests.redis_server import RedisServer
 pytestmark = pytest.mark.kube
 SECRET = "e2e-webhook-secret"
 NS = "e2e"
-LABEL = "e2e-linux"
+TOKENS = "gitea-runner-tokens"
 RG_PATH = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{NS}/runnergroups"
 
 
@@ -43,14 +48,28 @@ class Stack:
     receiver_url: str
     metrics_url: str
 
-    def reconfigure(self, **env: str) -> None:
-        """Restart the reconciler with some settings changed (e.g. polling on or off)."""
-        self.reconciler.stop()
-        self.reconciler.env.update(env)
-        self.reconciler.start()
+    def reconfigured(self, **env: str) -> AbstractContextManager[None]:
+        """The reconciler restarted with some settings changed (e.g. polling on), and as it was afterwards."""
+        return self.reconciler.reconfigured(port=urlsplit(self.metrics_url).port, **env)
+
+    def group(self) -> str:
+        """A RunnerGroup of the test's own, for org jobs that run on a label of its own: that label (and name)."""
+        label = f"e2e-{uuid.uuid4().hex[:6]}"
+        spec = spec_dict(
+            gitea={"url": self.gitea.url},
+            labels=[f"{label}:host"],
+            defaultLabels=[],
+            maxActiveRunners=10,
+            registrationToken={"secretRef": {"name": TOKENS, "key": "registration-token"}},
+            authToken={"secretRef": {"name": TOKENS, "key": "api-token"}},
+        )
+        body = {"apiVersion": "gitea.bpg.pw/v1alpha1", "kind": "RunnerGroup", "metadata": {"name": label}, "spec": spec}
+        assert api_request(self.kube, "POST", RG_PATH, body)[0] == 201
+        return label
 
     def time_to_runner(self) -> tuple[float, int]:
-        """The reconciler's own histogram of queued -> runner Job created: (mean seconds, count)."""
+        """The reconciler's own histogram of queued -> runner Job created: (sum of seconds, count) since it
+        started; a test compares two readings, since the tests before it added theirs."""
         with urllib.request.urlopen(self.metrics_url, timeout=5) as resp:
             text = resp.read().decode()
         values = {
@@ -58,18 +77,17 @@ class Stack:
             for line in text.splitlines()
             if line.startswith("grs_time_to_runner_seconds_")
         }
-        count = int(values.get("grs_time_to_runner_seconds_count", 0))
-        return (values.get("grs_time_to_runner_seconds_sum", 0.0) / count if count else 0.0), count
+        return values.get("grs_time_to_runner_seconds_sum", 0.0), int(values.get("grs_time_to_runner_seconds_count", 0))
 
 
-def workflow(*independent: str, dependent: str | None = None) -> str:
+def workflow(*independent: str, label: str, dependent: str | None = None) -> str:
     lines = ["name: ci", "on: [push]", "jobs:"]
     for name in independent:
-        lines += [f"  {name}:", f"    runs-on: {LABEL}", "    steps:", f"      - run: echo {name}"]
+        lines += [f"  {name}:", f"    runs-on: {label}", "    steps:", f"      - run: echo {name}"]
     if dependent:
         lines += [
             f"  {dependent}:",
-            f"    runs-on: {LABEL}",
+            f"    runs-on: {label}",
             f"    needs: [{independent[0]}]",
             "    steps:",
             "      - run: echo after",
@@ -92,20 +110,10 @@ def stack(kube: KubeCluster, redis_server: RedisServer, tmp_path_factory: pytest
     assert api_request(kube, "POST", "/api/v1/namespaces", {"metadata": {"name": NS}})[0] in (201, 409)
     data = {"registration-token": reg_token, "api-token": gitea.token}
     secret = {
-        "metadata": {"name": "gitea-runner-tokens"},
+        "metadata": {"name": TOKENS},
         "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
     }
     assert api_request(kube, "POST", f"/api/v1/namespaces/{NS}/secrets", secret)[0] == 201
-    spec = spec_dict(
-        gitea={"url": gitea.url},
-        labels=[f"{LABEL}:host"],
-        defaultLabels=[],
-        maxActiveRunners=10,
-        registrationToken={"secretRef": {"name": "gitea-runner-tokens", "key": "registration-token"}},
-        authToken={"secretRef": {"name": "gitea-runner-tokens", "key": "api-token"}},
-    )
-    body = {"apiVersion": "gitea.bpg.pw/v1alpha1", "kind": "RunnerGroup", "metadata": {"name": "acme"}, "spec": spec}
-    assert api_request(kube, "POST", RG_PATH, body)[0] == 201
 
     receiver, port, reconciler, metrics_port = our_services(
         workdir,
@@ -120,7 +128,7 @@ def stack(kube: KubeCluster, redis_server: RedisServer, tmp_path_factory: pytest
     )
     receiver.env["GRS_REDIS_PREFIX"] = reconciler.env["GRS_REDIS_PREFIX"]
     receiver.start(port=port)
-    reconciler.start()
+    reconciler.start(port=metrics_port)
     receiver_url = f"http://127.0.0.1:{port}/webhook"
     try:
         yield Stack(gitea, receiver, reconciler, kube, receiver_url, f"http://127.0.0.1:{metrics_port}/metrics")
@@ -162,10 +170,12 @@ def gitea_jobs(gitea: Gitea, repo: str, status: str) -> list[dict[str, Any]]:
 
 def test_webhooks_from_a_real_gitea_start_one_runner_per_queued_job(stack: Stack) -> None:
     gitea, kube = stack.gitea, stack.kube  # polling is off: only webhooks can start these runners
+    label, before = stack.group(), stack.time_to_runner()
     repo = new_repo(gitea)
     add_webhook(gitea, repo, stack.receiver_url)
     pushed, pushed_at = time.monotonic(), time.time()
-    gitea.push_file(repo, ".gitea/workflows/ci.yml", workflow("a", "b", "c", dependent="after"), message="ci")
+    text = workflow("a", "b", "c", label=label, dependent="after")
+    gitea.push_file(repo, ".gitea/workflows/ci.yml", text, message="ci")
 
     queued = wait_for(lambda: len(q := gitea_jobs(gitea, repo, "queued")) == 3 and q, timeout=60, what="3 queued")
     waiting = gitea_jobs(gitea, repo, "waiting")
@@ -182,12 +192,13 @@ def test_webhooks_from_a_real_gitea_start_one_runner_per_queued_job(stack: Stack
         pod = job["spec"]["template"]["spec"]
         env = {e["name"]: e for e in pod["containers"][0]["env"]}
         assert env["GITEA_INSTANCE_URL"]["value"] == gitea.url
-        assert env["GITEA_RUNNER_LABELS"]["value"] == f"{LABEL}:host"
+        assert env["GITEA_RUNNER_LABELS"]["value"] == f"{label}:host"
         assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env
         register = {e["name"]: e for e in pod["initContainers"][-1]["env"]}
         assert "valueFrom" in register["GITEA_RUNNER_REGISTRATION_TOKEN"]
-    mean, count = stack.time_to_runner()
+    total, count = (now - then for now, then in zip(stack.time_to_runner(), before, strict=True))
     assert count == 3
+    mean = total / count
     received = min(
         datetime.fromisoformat(d["time"]).timestamp() for d in deliveries(stack.receiver) if d["job_id"] in ids
     )
@@ -200,39 +211,56 @@ def test_webhooks_from_a_real_gitea_start_one_runner_per_queued_job(stack: Stack
 
 def test_polling_fallback_when_no_webhook_arrives(stack: Stack) -> None:
     gitea, kube = stack.gitea, stack.kube
-    stack.reconfigure(GRS_POLL_ENABLED="true")
+    label, logged = stack.group(), len(stack.reconciler.log())
     repo = new_repo(gitea)  # no webhook on this repository at all
-    pushed = time.monotonic()
-    gitea.push_file(repo, ".gitea/workflows/ci.yml", workflow("solo"), message="ci")
-    queued = wait_for(lambda: gitea_jobs(gitea, repo, "queued"), timeout=60, what="queued job")
-    ids = {j["id"] for j in queued}
-    wait_for(lambda: jobs_for(kube, ids), timeout=15, what="a runner Job from the poller")
-    print(f"\n[e2e] push -> runner Job without any webhook (poll interval 3 s): {time.monotonic() - pushed:.2f}s")
-    assert "poll healed redis" in stack.reconciler.log()
+    with stack.reconfigured(GRS_POLL_ENABLED="true"):
+        pushed = time.monotonic()
+        gitea.push_file(repo, ".gitea/workflows/ci.yml", workflow("solo", label=label), message="ci")
+        queued = wait_for(lambda: gitea_jobs(gitea, repo, "queued"), timeout=60, what="queued job")
+        ids = {j["id"] for j in queued}
+        wait_for(lambda: jobs_for(kube, ids), timeout=15, what="a runner Job from the poller")
+        print(f"\n[e2e] push -> runner Job without any webhook (poll interval 3 s): {time.monotonic() - pushed:.2f}s")
+    assert "poll healed redis" in stack.reconciler.log()[logged:]
 
 
 def test_receiver_stopped_then_back(stack: Stack) -> None:
     gitea, kube = stack.gitea, stack.kube
+    label = stack.group()
     repo = new_repo(gitea)
     add_webhook(gitea, repo, stack.receiver_url)
-    stack.receiver.stop()
-    try:
-        gitea.push_file(repo, ".gitea/workflows/ci.yml", workflow("x", "y"), message="ci")
-        queued = wait_for(lambda: len(q := gitea_jobs(gitea, repo, "queued")) == 2 and q, timeout=60, what="queued")
-        ids = {j["id"] for j in queued}
-        wait_for(lambda: len(jobs_for(kube, ids)) == 2, timeout=15, what="runner Jobs from the poller")
-    finally:
-        stack.receiver.start(port=int(stack.receiver_url.split(":")[2].split("/")[0]))
-    # Gitea's deliveries during the outage failed and are not retried; nothing was started twice.
-    time.sleep(1)
-    assert len(jobs_for(kube, ids)) == 2
+    with stack.reconfigured(GRS_POLL_ENABLED="true"):  # the poller finds what the outage lost
+        stack.receiver.stop()
+        try:
+            gitea.push_file(repo, ".gitea/workflows/ci.yml", workflow("x", "y", label=label), message="ci")
+            queued = wait_for(lambda: len(q := gitea_jobs(gitea, repo, "queued")) == 2 and q, timeout=60, what="queued")
+            ids = {j["id"] for j in queued}
+            wait_for(lambda: len(jobs_for(kube, ids)) == 2, timeout=15, what="runner Jobs from the poller")
+        finally:
+            stack.receiver.start(port=urlsplit(stack.receiver_url).port)
+        # Gitea's deliveries during the outage failed and are not retried; nothing was started twice.
+        time.sleep(1)
+        assert len(jobs_for(kube, ids)) == 2
 
 
 def test_runnergroup_status_reflects_gitea(stack: Stack) -> None:
-    _, body = api_request(stack.kube, "GET", f"{RG_PATH}/acme")
-    status = body["status"]
-    conds = {c["type"]: c for c in status["conditions"]}
-    assert conds["GiteaReachable"]["status"] == "True", conds["GiteaReachable"]
-    assert conds["Ready"]["status"] == "True"
-    assert status["queuedJobs"] >= 6 and status["activeRunners"] >= 6
-    assert status["lastCheckTime"]
+    label = stack.group()
+    repo = new_repo(stack.gitea)
+    add_webhook(stack.gitea, repo, stack.receiver_url)
+
+    def status() -> dict[str, Any]:
+        return dict(api_request(stack.kube, "GET", f"{RG_PATH}/{label}")[1].get("status") or {})
+
+    def reachable(got: dict[str, Any]) -> bool:
+        return any(c["type"] == "GiteaReachable" and c["status"] == "True" for c in got.get("conditions") or [])
+
+    with stack.reconfigured(GRS_POLL_ENABLED="true"):  # GiteaReachable and lastCheckTime come from a poll
+        stack.gitea.push_file(repo, ".gitea/workflows/ci.yml", workflow("a", "b", label=label), message="ci")
+        got = wait_for(
+            lambda: (s := status()).get("queuedJobs") == 2 and s.get("activeRunners") == 2 and reachable(s) and s,
+            timeout=60,
+            what="the status: 2 queued jobs, 2 runners, Gitea reachable",
+            explain=lambda: str(status()),
+        )
+    conds = {c["type"]: c for c in got["conditions"]}
+    assert conds["Ready"]["status"] == "True", conds["Ready"]
+    assert got["lastCheckTime"]

@@ -7,6 +7,10 @@ forbids, Redis keeps its data on a PersistentVolume. Gitea delivers its webhooks
 through the Service, and workflows go green on runners the installed reconciler starts. Then a rotated
 webhook secret rolls the receivers while both secrets are accepted, `helm uninstall` keeps the CRD,
 the RunnerGroups, the Secrets and Redis's volume, and a second install takes them over.
+
+Each test runs its workflows on a RunnerGroup and label of its own, and leaves the release as it found
+it (the rotation upgrades back, the uninstall installs again with the same values): the order they
+run in does not matter.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +33,7 @@ from typing import Any
 
 import pytest
 
+from reconciler.manifests import GROUP_LABEL
 from tests.e2e.node_stack import NodeStack, start_gitea, wait_for, workflow
 from tests.kube_cluster import api_request, api_text, peer
 from tests.node.cluster import NODE_IP, NodeCluster, image, running_node
@@ -38,7 +44,7 @@ CHART = ROOT / "deploy" / "helm" / "gitea-runner-scaler"
 RELEASE = "grs"
 NS = "ci"
 FULL = f"{RELEASE}-gitea-runner-scaler"
-LABEL = "helm-e2e"
+COMPONENTS = ["reconciler", "redis", "webhook", "webhook"]
 
 
 @pytest.fixture(scope="module")
@@ -83,11 +89,31 @@ class Release:
             out.append(f"\nevent {event['involvedObject']['name']}: {event['reason']}: {event['message']}")
         return "".join(out)
 
-    def install(self, *extra: str) -> subprocess.CompletedProcess[str]:
-        args = [a for s in [*self.sets, *extra] for a in ("--set", s)]
+    def install(self, *, values: Path | None = None) -> subprocess.CompletedProcess[str]:
+        """`helm install` with the image overrides, or with the values of an earlier install (`values()`);
+        Gitea is pointed at the webhook Service's node port, which a new install may change."""
+        args = ["-f", str(values)] if values else [a for s in self.sets for a in ("--set", s)]
         done = self.helm("install", RELEASE, str(CHART), "-n", NS, *args, "--wait", "--timeout", "5m")
         self.installs.append(done)
+        service = self.get(f"/api/v1/namespaces/{NS}/services/{FULL}-webhook")
+        self.stack.receiver_url = f"http://{NODE_IP}:{service['spec']['ports'][0]['nodePort']}/webhook"
         return done
+
+    def values(self) -> Path:
+        """The values the release has now (`helm get values`), in a file of their own."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        path = self.home / f"values-{uuid.uuid4().hex[:6]}.yaml"
+        path.write_text(self.helm("get", "values", RELEASE, "-n", NS, "-o", "yaml").stdout)
+        return path
+
+    def settled(self) -> list[dict[str, Any]]:
+        """The chart's Pods once each component's are Ready and none is on its way out (after a roll)."""
+        return wait_for(
+            lambda: _components(pods := self.chart_pods()) == COMPONENTS and all(_ready(p) for p in pods) and pods,
+            timeout=120,
+            what="the chart's Pods settled",
+            explain=self.diagnosis,
+        )
 
     def get(self, path: str) -> dict[str, Any]:
         status, body = api_request(self.node, "GET", path)
@@ -102,9 +128,10 @@ class Release:
         return base64.b64decode(self.get(f"/api/v1/namespaces/{NS}/secrets/{name}")["data"][key]).decode()
 
     def deliveries_applied(self) -> float:
-        """workflow_job deliveries the receivers applied, summed over their Pods' /metrics."""
+        """workflow_job deliveries the receivers applied, summed over their Pods' /metrics (once no Pod is on
+        its way out: its address may already lead nowhere)."""
         total = 0.0
-        for pod in self.chart_pods():
+        for pod in self.settled():
             if pod["metadata"]["labels"]["app.kubernetes.io/component"] != "webhook":
                 continue
             with urllib.request.urlopen(f"http://{pod['status']['podIP']}:8080/metrics", timeout=10) as resp:
@@ -182,20 +209,38 @@ def release(node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         )
         rel = Release(node=node, home=work / "helm-home", stack=stack, sets=sets)
         rel.install()
-        service = rel.get(f"/api/v1/namespaces/{NS}/services/{FULL}-webhook")
-        stack.receiver_url = f"http://{NODE_IP}:{service['spec']['ports'][0]['nodePort']}/webhook"
         stack.webhook_secret = rel.secret(f"{FULL}-webhook", "webhook-secret")
         stack.set_tokens(NS, registration_token=token, create=True)
-        stack.group(NS, LABEL)
         yield rel
     finally:
         gitea.stop()
 
 
+@pytest.fixture
+def label(release: Release) -> Iterator[str]:
+    """A RunnerGroup of the test's own (named as its label) in the release's namespace: its label."""
+    name = f"h{uuid.uuid4().hex[:6]}"
+    release.stack.group(NS, name, name=name)
+    yield name
+    api_request(release.node, "DELETE", f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{NS}/runnergroups/{name}")
+
+
+@pytest.fixture
+def rotated(release: Release) -> Iterator[str]:
+    """The name of a Secret for the test to rotate the webhook secret with; afterwards the release is back
+    on the values it had, Gitea on the secret it had, and the Secret is gone."""
+    values, secret = release.values(), release.stack.webhook_secret
+    yield "webhook-rotated"
+    release.helm(
+        "upgrade", RELEASE, str(CHART), "-n", NS, "--reset-values", "-f", str(values), "--wait", "--timeout", "5m"
+    )
+    release.stack.webhook_secret = secret
+    api_request(release.node, "DELETE", f"/api/v1/namespaces/{NS}/secrets/webhook-rotated")
+    release.settled()
+
+
 def test_install_makes_every_pod_ready_under_the_charts_own_accounts(release: Release) -> None:
-    pods = release.chart_pods()
-    assert _components(pods) == ["reconciler", "redis", "webhook", "webhook"]
-    assert all(_ready(p) for p in pods)
+    pods = release.settled()  # every component's Pods Ready, after --wait (and after any roll before)
     accounts = {
         p["metadata"]["labels"]["app.kubernetes.io/component"]: p["spec"].get("serviceAccountName") for p in pods
     }
@@ -212,19 +257,20 @@ def test_install_makes_every_pod_ready_under_the_charts_own_accounts(release: Re
     assert claim["status"]["phase"] == "Bound" and claim["spec"]["volumeName"] == "redis-data"
 
 
-def test_gitea_delivers_through_the_service_and_a_workflow_goes_green(release: Release) -> None:
+def test_gitea_delivers_through_the_service_and_a_workflow_goes_green(release: Release, label: str) -> None:
     stack = release.stack
     repo = stack.repo()
-    run_id = stack.push(repo, workflow("build", "test", label=LABEL))
+    applied = release.deliveries_applied()  # the receivers' counters hold the tests' before too
+    run_id = stack.push(repo, workflow("build", "test", label=label))
     assert stack.wait_run(repo, run_id, timeout=180)["conclusion"] == "success"
     jobs = stack.jobs(repo, run_id)
     # The receivers in the cluster applied Gitea's deliveries (their own metrics say so, Pod by Pod).
     # At least `queued` and `completed` of each job; Gitea sends them a second or so after the fact.
-    wait_for(lambda: release.deliveries_applied() >= 2 * len(jobs), timeout=30, what="the deliveries applied")
+    wait_for(lambda: release.deliveries_applied() - applied >= 2 * len(jobs), timeout=30, what="the deliveries applied")
     # The installed reconciler started one runner per job, and Gitea keeps none of them.
-    runner_jobs = stack.runner_jobs(NS)
+    runner_jobs = release.get(f"/apis/batch/v1/namespaces/{NS}/jobs?labelSelector={GROUP_LABEL}={label}")["items"]
     assert len(runner_jobs) >= len(jobs)
-    wait_for(lambda: not stack.runners_with(LABEL), timeout=60, what="Gitea lists no runner of the group")
+    wait_for(lambda: not stack.runners_with(label), timeout=60, what="Gitea lists no runner of the group")
 
 
 def _sign(secret: str, body: bytes) -> str:
@@ -249,12 +295,14 @@ def _answer(url: str, secret: str) -> int:
     return wait_for(lambda: _deliver(url, secret), timeout=30, what="an answer from the receivers")
 
 
-def test_a_rotated_webhook_secret_rolls_the_receivers_accepting_both(release: Release) -> None:
+def test_a_rotated_webhook_secret_rolls_the_receivers_accepting_both(
+    release: Release, label: str, rotated: str
+) -> None:
     stack = release.stack
     old, new = stack.webhook_secret, "rotated-" + os.urandom(12).hex()
-    before = {p["metadata"]["name"] for p in release.chart_pods() if "webhook" in p["metadata"]["name"]}
-    rotated = {"metadata": {"name": "webhook-rotated"}, "stringData": {"webhook-secret": f"{new}\n{old}\n"}}
-    assert api_request(release.node, "POST", f"/api/v1/namespaces/{NS}/secrets", rotated)[0] == 201
+    before = {p["metadata"]["name"] for p in release.settled() if "webhook" in p["metadata"]["name"]}
+    both = {"metadata": {"name": rotated}, "stringData": {"webhook-secret": f"{new}\n{old}\n"}}
+    assert api_request(release.node, "POST", f"/api/v1/namespaces/{NS}/secrets", both)[0] == 201
     answers: dict[str, list[int | None]] = {"old": [], "new": []}
     done = threading.Event()
 
@@ -268,11 +316,11 @@ def test_a_rotated_webhook_secret_rolls_the_receivers_accepting_both(release: Re
     sender.start()
     try:
         release.helm("upgrade", RELEASE, str(CHART), "-n", NS, "--reuse-values",
-                     "--set", "webhook.secret.existingSecret=webhook-rotated", "--wait", "--timeout", "5m")  # fmt: skip
+                     "--set", f"webhook.secret.existingSecret={rotated}", "--wait", "--timeout", "5m")  # fmt: skip
     finally:
         done.set()
         sender.join()
-    after = {p["metadata"]["name"] for p in release.chart_pods() if "webhook" in p["metadata"]["name"]}
+    after = {p["metadata"]["name"] for p in release.settled() if "webhook" in p["metadata"]["name"]}
     assert not before & after, "the receivers were not replaced"
     # Before, during and after the roll Gitea's secret was never refused (an answer was a 2xx, or none at
     # all from a Pod on its way out); the new one is taken by every receiver once the roll is done.
@@ -282,35 +330,36 @@ def test_a_rotated_webhook_secret_rolls_the_receivers_accepting_both(release: Re
     # Gitea moves to the new secret; its deliveries still reach and runs still go green.
     stack.webhook_secret = new
     repo = stack.repo()
-    run_id = stack.push(repo, workflow("after-rotation", label=LABEL))
+    run_id = stack.push(repo, workflow("after-rotation", label=label))
     assert stack.wait_run(repo, run_id, timeout=180)["conclusion"] == "success"
     # The old secret is dropped from the Secret; the next upgrade rolls the receivers, which refuse it.
-    only_new = {"metadata": {"name": "webhook-rotated"}, "stringData": {"webhook-secret": new}}
-    assert api_request(release.node, "PUT", f"/api/v1/namespaces/{NS}/secrets/webhook-rotated", only_new)[0] == 200
+    only_new = {"metadata": {"name": rotated}, "stringData": {"webhook-secret": new}}
+    assert api_request(release.node, "PUT", f"/api/v1/namespaces/{NS}/secrets/{rotated}", only_new)[0] == 200
     release.helm("upgrade", RELEASE, str(CHART), "-n", NS, "--reuse-values", "--wait", "--timeout", "5m")
     assert [_answer(stack.receiver_url, old) for _ in range(6)] == [401] * 6
     assert _answer(stack.receiver_url, new) == 200
 
 
-def test_uninstall_keeps_what_users_own_and_a_second_install_takes_it_over(release: Release) -> None:
+def test_uninstall_keeps_what_users_own_and_a_second_install_takes_it_over(release: Release, label: str) -> None:
     claim_path = f"/api/v1/namespaces/{NS}/persistentvolumeclaims/data-{FULL}-redis-0"
     claim_uid = release.get(claim_path)["metadata"]["uid"]
     generated = release.secret(f"{FULL}-webhook", "webhook-secret")
+    values = release.values()
     release.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "3m")
     wait_for(lambda: not release.chart_pods(), timeout=120, what="the chart's Pods are gone")
     # Kept: the CRD, the RunnerGroup, the generated Secrets, Redis's claim (and so its data).
     assert release.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/runnergroups.gitea.bpg.pw")
-    assert release.get(f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{NS}/runnergroups/runners")
+    assert release.get(f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{NS}/runnergroups/{label}")
     assert release.secret(f"{FULL}-webhook", "webhook-secret") == generated
     assert release.get(claim_path)["metadata"]["uid"] == claim_uid
-    # A second install, as the first (with the rotated secret), adopts all of it.
-    release.install("webhook.secret.existingSecret=webhook-rotated")
+    # A second install, with the values of the first, adopts all of it.
+    release.install(values=values)
     assert all(_ready(p) for p in release.chart_pods())
     assert release.get(claim_path)["metadata"]["uid"] == claim_uid
     assert release.secret(f"{FULL}-webhook", "webhook-secret") == generated  # the hook replaced nothing
     stack = release.stack
     repo = stack.repo()
-    run_id = stack.push(repo, workflow("reinstalled", label=LABEL))
+    run_id = stack.push(repo, workflow("reinstalled", label=label))
     assert stack.wait_run(repo, run_id, timeout=180)["conclusion"] == "success"
-    status = stack.group_status(NS)
+    status = stack.group_status(NS, label)
     assert status.get("observedGeneration") == 1

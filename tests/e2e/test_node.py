@@ -2,7 +2,9 @@
 
 Every scenario asserts what a user sees: Gitea's run and job conclusions, the runner Pods and Jobs,
 the RunnerGroup's status, and Gitea's list of runners afterwards. Each test has its own namespace,
-RunnerGroup, runner label and repository, so the order they run in does not matter.
+RunnerGroup, runner label and repository, reads only its own group's metrics and what our processes
+logged while it ran, and its namespaces are deleted after it (warm runners and Pods of its own would
+go on running beside the next test): the order they run in does not matter.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -29,8 +32,13 @@ def new_label() -> str:
     return f"l{uuid.uuid4().hex[:6]}"
 
 
-def active_runners(stack: NodeStack, ns: str) -> list[str]:
-    return [j["metadata"]["name"] for j in stack.runner_jobs(ns) if not finished(j)]
+@pytest.fixture(autouse=True)
+def cleared(stack: NodeStack) -> Iterator[None]:
+    """The namespaces a test makes are gone after it, runners and all: the next test finds the node as it was."""
+    made = len(stack.namespaces)
+    yield
+    for ns in stack.namespaces[made:]:
+        stack.clear(ns)
 
 
 def test_a_pushed_workflow_goes_green_with_one_runner_pod_per_job(stack: NodeStack) -> None:
@@ -51,7 +59,7 @@ def test_a_pushed_workflow_goes_green_with_one_runner_pod_per_job(stack: NodeSta
     ]
     assert len({j["runner_id"] for j in jobs}) == 4, "each job ran on a runner of its own"
     wait_for(
-        lambda: not active_runners(stack, ns),
+        lambda: not stack.active_runners(ns),
         timeout=60,
         what="every runner Job finished",
         explain=lambda: stack.describe_runners(ns),
@@ -96,20 +104,20 @@ def test_a_failing_job_fails_the_run_and_the_group_serves_the_next(stack: NodeSt
     fixed = stack.wait_run(repo, stack.push(repo, workflow("fixed", label=label)))
     assert fixed["conclusion"] == "success"
     # act_runner exits 0 after a job whatever its result: both runner Jobs completed
-    wait_for(lambda: not active_runners(stack, ns), timeout=60, what="every runner Job finished")
+    wait_for(lambda: not stack.active_runners(ns), timeout=60, what="every runner Job finished")
     assert all(finished(j) and j["status"].get("succeeded") == 1 for j in stack.runner_jobs(ns))
 
 
 def test_polling_alone_serves_a_repository_without_webhook(stack: NodeStack) -> None:
     ns, label = stack.namespace("poll"), new_label()
     stack.group(ns, label)
-    repo = stack.repo(webhook=False)
+    repo, logged = stack.repo(webhook=False), len(stack.our_log("reconciler"))
     run_id = stack.push(repo, workflow("a", "b", label=label, needs="c"))
     run = stack.wait_run(repo, run_id, timeout=180)
     assert run["conclusion"] == "success", stack.jobs(repo, run_id)
     ids = {j["id"] for j in stack.jobs(repo, run_id)}
     assert not ids & stack.delivered_job_ids(), "no webhook reported these jobs"
-    assert "poll healed redis" in stack.our_log("reconciler")
+    assert "poll healed redis" in stack.our_log("reconciler")[logged:]
 
 
 def test_a_warm_runner_serves_the_next_job_and_the_pool_is_refilled(stack: NodeStack) -> None:
@@ -133,7 +141,7 @@ def test_a_warm_runner_serves_the_next_job_and_the_pool_is_refilled(stack: NodeS
     # Gitea's `completed` webhook comes late, so for a moment the finished job can still look queued and
     # one more warm runner may start; a surplus idle runner goes after GRS_IDLE_GRACE (10 s here): the pool
     # converges to exactly one warm runner.
-    wait_for(lambda: len(active_runners(stack, ns)) == 1, timeout=120, what="exactly one runner left")
+    wait_for(lambda: len(stack.active_runners(ns)) == 1, timeout=120, what="exactly one runner left")
     wait_for(lambda: stack.group_status(ns).get("idleRunners") == 1, timeout=30, what="status: one idle runner")
 
 
@@ -145,7 +153,7 @@ def test_a_surplus_idle_runner_goes_with_its_row_in_gitea(stack: NodeStack) -> N
     # A merge patch, not a GET and PUT: the controller writes the status in between.
     patch = {"spec": {"minIdleRunners": 0}}
     assert api_request(stack.node, "PATCH", path, patch, content_type="application/merge-patch+json")[0] == 200
-    wait_for(lambda: not active_runners(stack, ns), timeout=60, what="the surplus runner deleted")
+    wait_for(lambda: not stack.active_runners(ns), timeout=60, what="the surplus runner deleted")
     # Its row went first, so when its Job is gone the row is gone too (the sweep runs too rarely to have
     # done it: it only takes rows offline for a minute).
     assert not stack.runners_with(label), "Gitea still lists the deleted runner"
@@ -187,7 +195,7 @@ def test_a_runner_redis_forgot_keeps_its_job_when_no_webhook_or_poll_can_tell(st
         run = stack.wait_run(repo, run_id, timeout=120)
         assert run["conclusion"] == "success", stack.jobs(repo, run_id)
         assert stack.metric("grs_runners_created_total", group=f"{ns}/runners") == 1, "nothing ran twice"
-    wait_for(lambda: not active_runners(stack, ns), timeout=60, what="the runner Job finished")
+    wait_for(lambda: not stack.active_runners(ns), timeout=60, what="the runner Job finished")
     jobs = stack.runner_jobs(ns)
     assert all(j["status"].get("succeeded") == 1 for j in jobs), "the runner ran to its end: never deleted mid-job"
     wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
@@ -214,7 +222,7 @@ def test_the_sweep_removes_the_row_of_a_runner_deleted_behind_our_back(stack: No
         if '"runner row deleted in gitea"' in line and warm["name"] in line
     ]
     assert [(r["reason"], r["id"]) for r in swept] == [("ghost", warm["id"])], "the sweep deleted it, once"
-    assert stack.metric("grs_gitea_runners_removed_total", reason="ghost") >= 1
+    assert stack.metric("grs_gitea_runners_removed_total", reason="ghost", group=f"{ns}/runners") >= 1
 
 
 CANCELLABLE = """name: long
@@ -236,13 +244,13 @@ def test_a_run_cancelled_while_its_job_runs_frees_the_runner(stack: NodeStack) -
     repo = stack.repo()
     first = stack.push(repo, CANCELLABLE.format(label=label, seconds=600), path=".gitea/workflows/long.yml")
     stack.wait_job_running(repo, first)
-    (busy,) = active_runners(stack, ns)
+    (busy,) = stack.active_runners(ns)
     # A new push in the same concurrency group cancels the running run (Gitea's cancel-in-progress).
     second = stack.push(repo, CANCELLABLE.format(label=label, seconds=1), path=".gitea/workflows/long.yml")
 
     assert stack.wait_run(repo, first, timeout=60)["conclusion"] == "cancelled"
     assert stack.wait_run(repo, second, timeout=120)["conclusion"] == "success", "capacity came back"
-    wait_for(lambda: not active_runners(stack, ns), timeout=60, what="every runner Job finished")
+    wait_for(lambda: not stack.active_runners(ns), timeout=60, what="every runner Job finished")
     # Gitea removed the cancelled job's runner at once, and the runner never heard of the cancel:
     # the controller deleted its Job once the job was over, and no runner Pod is left running.
     assert busy not in {j["metadata"]["name"] for j in stack.runner_jobs(ns)}
