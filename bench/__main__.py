@@ -16,7 +16,7 @@ from typing import Any
 from bench import scenarios as sc
 from bench.node import measure
 from bench.stack import Stack, machine, workdir
-from reconciler.apply import CREATE_CONCURRENCY
+from reconciler.settings import Settings
 from tests.e2e.node_stack import start_stack
 from tests.node.cluster import NodeCluster
 from tests.redis_server import RedisServer
@@ -104,8 +104,8 @@ async def run_burst(cfg: dict[str, Any]) -> list[Row]:
         row(
             "burst: creates per second (median run)",
             f"{n / mid:.0f} /s",
-            f"client QPS: no client-side limit (kubernetes_asyncio); up to {CREATE_CONCURRENCY} creates in flight "
-            "per group",
+            f"client QPS: no client-side limit (kubernetes_asyncio); up to "
+            f"{Settings.model_fields['create_concurrency'].default} creates in flight in all",
         ),
     ]
 

@@ -11,6 +11,8 @@ import sys
 import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from reconciler.controller import Controller
 from reconciler.giteaapi import GiteaClient
@@ -54,6 +56,19 @@ def health_app(controller: Controller, registry: CollectorRegistry) -> web.Appli
     return app
 
 
+def _store(settings: Settings) -> tuple[Redis | RedisCluster, JobStore]:
+    """The Redis client and the job store on it (replies may wait up to 6 s: a pass is not a webhook)."""
+    password = settings.redis_password.get_secret_value() if settings.redis_password else None
+    redis = connect(
+        settings.redis_url,
+        password=password,
+        timeout=max(settings.redis_timeout, 6.0),
+        max_connections=settings.redis_max_connections,
+    )
+    ttls = Ttls(job=settings.job_ttl, completed=settings.completed_ttl, delivery=settings.delivery_ttl)
+    return redis, JobStore(store_client(redis), prefix=settings.redis_prefix, ttls=ttls)
+
+
 async def serve(settings: Settings) -> None:
     """Run the controller and its health server until SIGTERM or SIGINT."""
     try:
@@ -61,10 +76,7 @@ async def serve(settings: Settings) -> None:
     except Exception as exc:
         print(f"reconciler: cannot load the Kubernetes configuration: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    password = settings.redis_password.get_secret_value() if settings.redis_password else None
-    redis = connect(settings.redis_url, password=password, timeout=max(settings.redis_timeout, 6.0))
-    ttls = Ttls(job=settings.job_ttl, completed=settings.completed_ttl, delivery=settings.delivery_ttl)
-    store = JobStore(store_client(redis), prefix=settings.redis_prefix, ttls=ttls)
+    redis, store = _store(settings)
     registry = CollectorRegistry()
     metrics = Metrics.create(registry)
     async with aiohttp.ClientSession() as session:

@@ -30,7 +30,6 @@ from webhook_scaler.coordination import Activity, Coordination
 from webhook_scaler.jobs import QueuedJob
 
 log = logging.getLogger(__name__)
-CREATE_CONCURRENCY = 8  # runner Job creates in flight at once, per group
 STATUS_INTERVAL = 1.0  # seconds between status writes that only change counts
 FAILED_MARK_MS = 24 * 3600 * 1000  # a failed runner is reported once; its Job is gone long before
 
@@ -56,6 +55,7 @@ class GroupPass:
         self.metrics = metrics
         self.wake_at = wake  # look at the group again at this time (ms of `clock`)
         self.clock = clock
+        self.create_slots = asyncio.Semaphore(settings.create_concurrency)  # shared by every group's pass
         self.seating = Seating(coordination, kube, claim_ttl_ms=int(settings.claim_ttl * 1000))
         self.jobs_by_group: Mapping[tuple[str, str], list[JobObject]] = {}
         self.pods_by_job: Mapping[tuple[str, str], list[PodObject]] = {}
@@ -171,12 +171,11 @@ class GroupPass:
     async def _creates(
         self, group: GroupObject, spec: RunnerGroupSpec, creates: tuple[Create, ...], ready: Ready, label: str
     ) -> int:
-        slots = asyncio.Semaphore(CREATE_CONCURRENCY)
         jobs = self.jobs_of(group)
         names = [self.seating.name_for(group, c, jobs) for c in creates]
 
         async def one(c: Create, name: str) -> str:
-            async with slots:
+            async with self.create_slots:
                 return await self.seating.create(group, spec, c, name, ready.epoch)
 
         results = await asyncio.gather(

@@ -39,6 +39,7 @@ from webhook_scaler.queue import JobStore
 
 log = logging.getLogger(__name__)
 View = tuple[GroupObject, RunnerGroupSpec | None, str]
+ROUND_SPACING = 0.05  # seconds from one round's start to the next one's, at least
 
 
 class Controller:
@@ -142,12 +143,16 @@ class Controller:
         while True:
             await self.wake.wait()
             self.wake.clear()
+            started = time.monotonic()
             try:
                 await self.reconcile_all()
             except Exception as exc:  # reading the queue failed: Redis is down or failing over
                 log.warning("reconcile round failed", extra={"error": repr(exc), "kind": kind_of(exc)})
                 await asyncio.sleep(self.settings.retry_initial)
                 self.wake.set()
+            # A round reads every queued job: in a burst, when wake-ups come faster than rounds end, take
+            # them together (a lone job still starts its round at once).
+            await asyncio.sleep(max(0.0, started + ROUND_SPACING - time.monotonic()))
 
     async def _follow_redis(self) -> None:
         last = "$"
@@ -161,11 +166,13 @@ class Controller:
                 await asyncio.sleep(self.settings.retry_initial)
                 continue
             if changes:
+                self.scheduler.due(changes, self._group_of_runner)
                 self.wake.set()
 
     async def _resync(self) -> None:
         while True:
             await asyncio.sleep(self.settings.resync_interval)
+            self.scheduler.due(None, {})
             self.wake.set()
 
     def _wake_at(self, state: GroupState, at_ms: int) -> None:
@@ -178,7 +185,11 @@ class Controller:
         if timer is not None:
             timer.cancel()
         state.timer_at_ms = at_ms
-        state.timer = asyncio.get_running_loop().call_later(max(0, at_ms - now_ms) / 1000 + 0.05, self.wake.set)
+        state.timer = asyncio.get_running_loop().call_later(max(0, at_ms - now_ms) / 1000 + 0.05, self._deadline, state)
+
+    def _deadline(self, state: GroupState) -> None:
+        state.due = True
+        self.wake.set()
 
     # -- one round --------------------------------------------------------------------------------
     def views(self) -> list[View]:

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import json
 import logging
+import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from typing import Any, cast
 import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client.rest import RESTResponse
 
 from reconciler.crd import GROUP, PLURAL, VERSION
 from reconciler.manifests import GroupRef
@@ -65,7 +67,16 @@ async def api_client(kubeconfig: str | None) -> client.ApiClient:
         await config.load_kube_config(config_file=kubeconfig)
     else:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
+    api = client.ApiClient()
+    if not any(os.environ.get(v) or os.environ.get(v.upper()) for v in _PROXY_VARIABLES):
+        # kubernetes_asyncio's session trusts the environment: every request then reads ~/.netrc and the
+        # proxy variables in a thread, a fifth of the reconciler's CPU in a burst. Without a proxy
+        # variable there is nothing to find (the API server never takes netrc credentials).
+        api.rest_client.pool_manager._trust_env = False
+    return api
+
+
+_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
 
 
 class Kube:
@@ -79,11 +90,19 @@ class Kube:
         self.core = client.CoreV1Api(api)
 
     async def create_job(self, body: Mapping[str, Any]) -> bool:
-        """Create a Job; False if one of that name exists already (409 is success)."""
+        """Create a Job; False if one of that name exists already (409 is success).
+
+        The answer is not turned into a V1Job (nothing reads it; that took a tenth of a burst's CPU)."""
         try:
-            await self.batch.create_namespaced_job(
-                body["metadata"]["namespace"], cast(Any, body), _request_timeout=REQUEST_TIMEOUT
+            response: aiohttp.ClientResponse = await self.batch.create_namespaced_job(  # type: ignore[assignment]
+                body["metadata"]["namespace"], cast(Any, body), _request_timeout=REQUEST_TIMEOUT, _preload_content=False
             )
+            async with response:
+                data = await response.read()
+                if not 200 <= response.status <= 299:
+                    refused = ApiException(http_resp=cast(Any, RESTResponse(response, data)))
+                    refused.body = cast(Any, data.decode("utf-8", "replace"))  # as the client leaves it
+                    raise refused
         except ApiException as exc:
             if exc.status == 409 and "AlreadyExists" in str(exc.body or ""):
                 return False

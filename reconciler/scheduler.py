@@ -76,7 +76,36 @@ class Scheduler:
             state.stopped = None
         if state.retry_at > time.monotonic() or self._quiet(group, spec, queued, state):
             return
-        state.task = asyncio.create_task(self._run(group, spec, problem, queued, state))
+        inputs = self._inputs(group, queued, state)
+        if not state.due and state.done_as is not None and _same(state.done_as, inputs):
+            return  # nothing the last pass started from has changed: it would decide the same
+        state.due = False
+        state.task = asyncio.create_task(self._run(group, spec, problem, queued, state, inputs))
+
+    def due(self, changes: list[tuple[int, str, str]] | None, group_of_runner: Mapping[str, str]) -> None:
+        """Runners took or finished jobs (stream `changes`; None: a resync): their groups' next passes may
+        not skip, as nothing in a group's own objects or queued jobs need have changed. A runner without
+        a name may be one of ours: then every group looks again."""
+        for _job, state, runner in changes if changes is not None else [(0, "", "")]:
+            if state in ("queued", "waiting", "gone"):
+                continue  # a group's queued jobs show these
+            group = group_of_runner.get(runner)
+            if group is None and not runner:
+                for every in self.state.values():
+                    every.due = True
+                return
+            namespace, _, name = (group or "").partition("/")
+            if (namespace, name) in self.state:
+                self.state[(namespace, name)].due = True
+
+    def _inputs(self, group: GroupObject, queued: list[QueuedJob], state: GroupState) -> tuple[object, ...]:
+        """Everything a pass decides from but Redis' seats and runner activity: the group, its runner Jobs
+        and their Pods (cache objects are replaced on every change), its queued jobs (`JobStore` keeps an
+        unchanged job's object) and the poll's word. Seats change with Jobs; activity marks the group
+        `due` (see `Controller._due`); deadlines and the resync do too."""
+        jobs = self.group_pass.jobs_of(group)
+        pods = [p for j in jobs for p in self.group_pass.pods_by_job.get((j.namespace, j.name), ())]
+        return (group, state.gitea, state.last_poll, len(jobs), *jobs, len(pods), *pods, *queued)
 
     def _quiet(
         self, group: GroupObject, spec: RunnerGroupSpec | None, queued: list[QueuedJob], state: GroupState
@@ -108,16 +137,24 @@ class Scheduler:
         )
 
     async def _run(
-        self, group: GroupObject, spec: RunnerGroupSpec | None, problem: str, queued: list[QueuedJob], state: GroupState
+        self,
+        group: GroupObject,
+        spec: RunnerGroupSpec | None,
+        problem: str,
+        queued: list[QueuedJob],
+        state: GroupState,
+        inputs: tuple[object, ...],
     ) -> None:
         holder = f"{self.settings.replica_id}/{uuid.uuid4().hex[:8]}"
         started = time.perf_counter()
+        state.done_as = None
         try:
             if spec is None:
                 await self._invalid(group, problem, state)
             elif await self.coordination.lock(group.uid, holder=holder, ttl_ms=int(self.settings.lease_ttl * 1000)):
                 try:
                     await self.group_pass.run(group, spec, queued, state)
+                    state.done_as = inputs
                 finally:
                     await self.coordination.unlock(group.uid, holder=holder)
             else:
@@ -164,6 +201,11 @@ class Scheduler:
         if state.invalid_generation != group.generation:
             state.invalid_generation = group.generation
             await self.kube.event(group.ref, kind="Warning", reason="InvalidSpec", message=problem)
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    """Whether two pass inputs are the same objects, one by one."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def _version(group: GroupObject) -> tuple[int, str]:

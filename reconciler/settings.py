@@ -47,6 +47,15 @@ class Settings(RedisSettings):
     ghost_sweep_interval: float = Field(
         120.0, ge=0, description="Seconds between sweeps of the offline runner rows our runners left in Gitea; 0 = off."
     )
+    create_concurrency: int = Field(
+        32,
+        ge=1,
+        le=1000,
+        description=(
+            "Runner Job creates in flight at once, across all groups (the API server's clients are not "
+            "otherwise rate limited)."
+        ),
+    )
     lease_ttl: float = Field(15.0, ge=1, description="Seconds a group's reconcile lease lasts at most.")
     listen_host: str = Field("0.0.0.0", description="Address of the metrics and health server.")  # noqa: S104
     listen_port: int = Field(8081, ge=0, le=65535, description="Port of the metrics and health server.")

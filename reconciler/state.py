@@ -27,5 +27,8 @@ class GroupState:
     quiet_as: tuple[object, object, object] | None = None  # (group object, gitea condition, last poll) found quiet
     timer: asyncio.TimerHandle | None = None  # the wake-up at the group's next deadline
     timer_at_ms: int = 0
+    # what the last complete pass started from (see `Scheduler.start`), and whether the next may not skip
+    done_as: tuple[object, ...] | None = None
+    due: bool = True
     seated: set[str] | None = None  # the seats held after the last pass (None: not read yet)
     epoch: str = ""  # the seat epoch whose active Jobs this replica has seated

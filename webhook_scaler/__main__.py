@@ -27,7 +27,12 @@ def main() -> None:
     if settings.insecure_accept_unsigned_webhooks and not settings.webhook_secrets:
         log.warning("INSECURE: accepting unsigned webhook deliveries (GRS_INSECURE_ACCEPT_UNSIGNED_WEBHOOKS)")
     password = settings.redis_password.get_secret_value() if settings.redis_password else None
-    redis = connect(settings.redis_url, password=password, timeout=settings.redis_timeout)
+    redis = connect(
+        settings.redis_url,
+        password=password,
+        timeout=settings.redis_timeout,
+        max_connections=settings.redis_max_connections,
+    )
     app = create_app(settings, redis=redis, registry=CollectorRegistry())
 
     async def close_redis(_: web.Application) -> None:

@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 from webhook_scaler.gitea import JobStatus
 from webhook_scaler.jobs import ALL, JobUpdate, Observation, QueuedJob, Scope
 from webhook_scaler.keys import Keys, text
-from webhook_scaler.scripts import DROP, LISTED, RECORD
+from webhook_scaler.scripts import DROP, LISTED, QUEUED, RECORD
 
 
 class Outcome(StrEnum):
@@ -57,6 +57,24 @@ class Ttls:
 _QUEUED_FIELDS = ("state", "labels", "owner", "repo", "name", "run_id", "attempt", "queued_ms", "listed_ms", "missed")
 
 
+def _queued_job(job_id: str, row: Sequence[bytes | None]) -> QueuedJob:
+    """A queued job from its `_QUEUED_FIELDS` and its claim's holder, as the QUEUED script reads them."""
+    f = [None if v is None else text(v) for v in row]
+    return QueuedJob(
+        job_id=int(job_id),
+        labels=tuple(json.loads(f[1] or "[]")),
+        owner=f[2] or "",
+        repo=f[3] or "",
+        name=f[4] or "",
+        run_id=int(f[5] or 0),
+        attempt=int(f[6] or 0),
+        queued_ms=int(f[7] or 0),
+        claimed_by=f[10] if len(f) > 10 else None,
+        listed_ms=int(f[8]) if f[8] else None,
+        missed=f[9] is not None,
+    )
+
+
 class JobStore:
     """Typed async operations over the job records."""
 
@@ -68,6 +86,8 @@ class JobStore:
         self._record = redis.register_script(RECORD)
         self._drop = redis.register_script(DROP)
         self._listed = redis.register_script(LISTED)
+        self._queued = redis.register_script(QUEUED)
+        self._parsed: dict[Scope, dict[str, tuple[list[bytes | None], QueuedJob]]] = {}  # by scope, by job
 
     async def now_ms(self) -> int:
         """Redis' clock, the one every record is ordered by, in milliseconds."""
@@ -178,42 +198,40 @@ class JobStore:
         return [[*replies[i], replies[i + 1]] for i in range(0, len(replies), 2)]
 
     async def queued(self, scope: Scope = ALL, *, limit: int = 10_000) -> list[QueuedJob]:
-        """The queued jobs of one scope, oldest first, with who claimed each; cost ~ jobs returned."""
+        """The queued jobs of one scope, oldest first, with who claimed each; cost ~ jobs returned.
+
+        Two round trips whatever the count: the index, then one script reads every job on it."""
         ids = [text(m) for m in cast("list[bytes]", await self.redis.zrange(self.keys.index(scope), 0, limit - 1))]
-        out: list[QueuedJob] = []
-        for job_id, row in zip(ids, await self._hmget_each(ids, _QUEUED_FIELDS), strict=True):
-            f = [None if v is None else text(v) for v in row]
-            if f[0] != JobStatus.QUEUED:
+        if not ids:
+            return []
+        keys = [k for job_id in ids for k in (self.keys.job(job_id), self.keys.claim(job_id))]
+        rows = cast("list[list[bytes | None] | None]", await self._queued(keys=keys, args=list(_QUEUED_FIELDS)))
+        # The same jobs come back round after round mostly unchanged: parse a row only when it changed.
+        parsed, out = self._parsed.get(scope, {}), []
+        fresh: dict[str, tuple[list[bytes | None], QueuedJob]] = {}
+        for job_id, row in zip(ids, rows, strict=True):
+            if not row:
                 continue
-            out.append(
-                QueuedJob(
-                    job_id=int(job_id),
-                    labels=tuple(json.loads(f[1] or "[]")),
-                    owner=f[2] or "",
-                    repo=f[3] or "",
-                    name=f[4] or "",
-                    run_id=int(f[5] or 0),
-                    attempt=int(f[6] or 0),
-                    queued_ms=int(f[7] or 0),
-                    claimed_by=f[10],
-                    listed_ms=int(f[8]) if f[8] else None,
-                    missed=f[9] is not None,
-                )
-            )
+            seen = parsed.get(job_id)
+            job = seen[1] if seen is not None and seen[0] == row else _queued_job(job_id, row)
+            fresh[job_id] = (row, job)
+            out.append(job)
+        self._parsed[scope] = fresh
         return out
 
-    async def wait(self, last_id: str, *, block_ms: int) -> tuple[str, list[tuple[int, str]]]:
-        """Block until the stream has entries after `last_id`; return the newest id and (job, state)s."""
+    async def wait(self, last_id: str, *, block_ms: int) -> tuple[str, list[tuple[int, str, str]]]:
+        """Block until the stream has entries after `last_id`; return the newest id and the changes:
+        (job, state, the runner that took it, or "" if none is known)."""
         reply = cast(
             "list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]] | None",
             await self.redis.xread({self.keys.stream: last_id}, block=block_ms, count=1000),
         )
-        changes: list[tuple[int, str]] = []
+        changes: list[tuple[int, str, str]] = []
         for _stream, entries in reply or []:
             for entry_id, fields in entries:
                 last_id = text(entry_id)
                 f = {text(k): text(v) for k, v in fields.items()}
-                changes.append((int(f["job"]), f["state"]))
+                changes.append((int(f["job"]), f["state"], f.get("runner", "")))
         return last_id, changes
 
     async def observations(self, *, limit: int = 1000) -> list[Observation]:

@@ -25,6 +25,7 @@ from urllib.parse import unquote, urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import BlockingConnectionPool
 from redis.asyncio.connection import parse_url as parse_single_url
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 
@@ -115,9 +116,13 @@ def _db(text: str) -> int:
     return int(text)
 
 
-def connect(url: str, *, password: str | None, timeout: float) -> Redis | RedisCluster:
+def connect(url: str, *, password: str | None, timeout: float, max_connections: int = 64) -> Redis | RedisCluster:
     """A client for the topology `url` names (see the module doc), failing fast: every connect and
-    every reply waits at most `timeout` seconds, so callers can answer 503 instead of hanging."""
+    every reply waits at most `timeout` seconds, so callers can answer 503 instead of hanging.
+
+    At most `max_connections` connections (per server of a cluster). To one server, a call that finds
+    them all busy waits for one, up to `timeout` (redis-py's default pool raises at once, which turned
+    a burst of more than 100 concurrent calls into errors)."""
     target = parse_url(url)
     fail_fast: dict[str, Any] = {
         "socket_timeout": timeout,
@@ -125,16 +130,20 @@ def connect(url: str, *, password: str | None, timeout: float) -> Redis | RedisC
         "health_check_interval": HEALTH_CHECK_INTERVAL,
     }
     if target.topology == "single":
-        return Redis.from_url(url, password=password, **fail_fast)
+        pool = BlockingConnectionPool.from_url(
+            url, password=password, max_connections=max_connections, timeout=timeout, **fail_fast
+        )
+        return Redis.from_pool(pool)
     if target.topology == "cluster":
         return RedisCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
             username=target.username,
             password=target.password or password,
             ssl=target.tls,
+            max_connections=max_connections,
             **fail_fast,
         )
-    return _sentinel_master(target, password=password, fail_fast=fail_fast)
+    return _sentinel_master(target, password=password, fail_fast=fail_fast | {"max_connections": max_connections})
 
 
 def _sentinel_master(target: RedisTarget, *, password: str | None, fail_fast: dict[str, Any]) -> Redis:

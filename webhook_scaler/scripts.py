@@ -92,7 +92,7 @@ else
   redis.call('DEL', KEYS[6])
 end
 redis.call('EXPIRE', job, a.ttl)
-redis.call('XADD', KEYS[7], 'MAXLEN', '~', a.maxlen, '*', 'job', id, 'state', state)
+redis.call('XADD', KEYS[7], 'MAXLEN', '~', a.maxlen, '*', 'job', id, 'state', state, 'runner', runner)
 return {'applied', cur[2] or '', state}
 """
 )
@@ -136,6 +136,23 @@ for i = 1, #KEYS do
   if redis.call('HGET', KEYS[i], 'state') == 'queued' then redis.call('HSET', KEYS[i], 'listed_ms', ARGV[1]) end
 end
 return 0
+"""
+
+# Reads many jobs in one call (a pipeline of a command per job cost the reconciler most of its CPU).
+# KEYS: job, claim, job, claim, ...; ARGV: the fields to read, 'state' first
+# Returns one entry per job: false unless it is queued, else its fields and its claim's holder
+QUEUED = """
+local out = {}
+for i = 1, #KEYS, 2 do
+  local f = redis.call('HMGET', KEYS[i], unpack(ARGV))
+  if f[1] == 'queued' then
+    f[#ARGV + 1] = redis.call('GET', KEYS[i + 1])
+    out[#out + 1] = f
+  else
+    out[#out + 1] = false
+  end
+end
+return out
 """
 
 # KEYS: claim, job; ARGV: holder, ttl_ms

@@ -33,6 +33,9 @@ class RedisSettings(BaseModel):
         "grs", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Key prefix, so installations can share a Redis."
     )
     redis_timeout: float = Field(2.0, gt=0, description="Seconds before a Redis call counts as failed.")
+    redis_max_connections: int = Field(
+        64, ge=1, le=10_000, description="Redis connections per process; a call waits for a free one up to the timeout."
+    )
     job_ttl: int = Field(25 * 3600, ge=60, description="Seconds an unfinished job record lives.")
     completed_ttl: int = Field(24 * 3600, ge=60, description="Seconds a finished job is remembered.")
     delivery_ttl: int = Field(24 * 3600, ge=60, description="Seconds a delivery id is remembered.")

@@ -196,11 +196,12 @@ async def test_wake_up_stream_reports_every_applied_change(redis: Redis) -> None
     waiter = asyncio.create_task(store.wait(last, block_ms=5000))
     await store.record(upd("queued", job_id=9))
     last, changes = await asyncio.wait_for(waiter, 5)
-    assert changes == [(9, "queued")]
+    assert changes == [(9, "queued", "")]
     await store.record(upd("queued", job_id=9))  # stale: no entry
-    await store.record(upd("in_progress", job_id=9))
+    taken = upd("in_progress", job_id=9)
+    await store.record(taken)
     _, changes = await store.wait(last, block_ms=100)
-    assert changes == [(9, "in_progress")]
+    assert changes == [(9, "in_progress", taken.runner_name)]  # names the runner: its group looks again
 
 
 async def test_prefixes_separate_installations(redis: Redis) -> None:

@@ -74,7 +74,8 @@ async def test_webhook_writes_claims_locks_and_the_stream(client: Client) -> Non
     await store.record(upd("completed", job_id=1), delivery_id="d4")
     assert [j.job_id for j in await store.queued(ALL)] == [2]
     _last, changes = await store.wait("0", block_ms=100)
-    assert changes == [(1, "queued"), (2, "queued"), (1, "in_progress"), (1, "completed")]
+    assert [(j, s) for j, s, _ in changes] == [(1, "queued"), (2, "queued"), (1, "in_progress"), (1, "completed")]
+    assert [r for _, _, r in changes] == ["", "", taken.runner_name, taken.runner_name]
     facts = await store.observations()
     assert [(o.runner, o.kind) for o in facts] == [(taken.runner_name, "picked"), (taken.runner_name, "completed")]
     assert await store.ping()
@@ -164,7 +165,7 @@ async def test_a_sentinel_failover_during_a_burst_loses_and_doubles_nothing(
         queued = [j.job_id for j in await store.queued(ALL)]
         assert len(queued) == len(everyone) and set(queued) == everyone
         _last, changes = await store.wait("0", block_ms=100)
-        assert Counter(changes) == Counter((j, "queued") for j in everyone)  # each applied exactly once
+        assert Counter(changes) == Counter((j, "queued", "") for j in everyone)  # each applied exactly once
         for job_id in sorted(everyone):  # one job at a time: 3 replicas race for it
             claims = await asyncio.gather(
                 *(coordination_of(store).claim(job_id, holder=f"r{i}", ttl_ms=60_000) for i in range(3))

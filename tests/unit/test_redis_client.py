@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
 
@@ -65,6 +65,9 @@ async def test_connect_builds_the_client_the_url_names() -> None:
     cluster = connect("redis+cluster://127.0.0.1:1,127.0.0.1:2", password="pw", timeout=0.5)
     sentinel = connect("redis+sentinel://127.0.0.1:1/mymaster/2", password="pw", timeout=0.5)
     assert type(single) is Redis and isinstance(cluster, RedisCluster)
+    # A burst waits for a free connection rather than failing with "Too many connections".
+    assert isinstance(single.connection_pool, BlockingConnectionPool)
+    assert single.connection_pool.max_connections == 64 and single.connection_pool.timeout == 0.5
     assert isinstance(sentinel, Redis) and isinstance(sentinel.connection_pool, SentinelConnectionPool)
     assert sentinel.connection_pool.service_name == "mymaster"
     assert sentinel.connection_pool.connection_kwargs["db"] == 2
