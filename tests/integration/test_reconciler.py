@@ -563,3 +563,44 @@ async def test_the_ghost_sweep_spares_the_row_of_a_runner_whose_job_the_cache_ho
         await redis.delete(f"{{grs}}:seats:{group_obj.uid}")  # no seat protects it now
         assert await controller.sweep_once() == 0
     assert fake.deleted == []
+
+
+def _settled(controller: Controller, ns: str, name: str) -> bool:
+    """Whether the group's last pass is over and complete, began from the group as the cache has it
+    now (its status written), and nothing has made the next one due."""
+    state = controller.state.get((ns, name))
+    group_now = next((g for g in controller.groups.items.values() if (g.namespace, g.name) == (ns, name)), None)
+    if state is None or state.task is None or not state.task.done() or state.done_as is None or state.due:
+        return False
+    return group_now is not None and state.done_as[0] is group_now and group_now.status.get("activeRunners") == 1
+
+
+async def test_a_group_passes_again_only_when_what_it_decides_from_changed(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    """Every change in Redis wakes the controller. A group whose objects and queued jobs did not change,
+    and whose runners took or finished no job, would decide the same: its pass is skipped (passes of
+    unchanged groups were most of a burst's cost over a thousand groups). A runner that took a job the
+    group does not hold changes nothing in the group's objects, yet the group must look again."""
+    ns = namespace(kube)
+    create_group(kube, ns, "steady", labels=[], defaultLabels=[])
+    await queue(redis, 40, labels=[])
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, resync_interval=600) as controller:
+        (runner,) = await eventually(lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns)])
+        await eventually(lambda: _settled(controller, ns, "steady"))
+        ran: list[str] = []
+        original = controller.group_pass.run
+
+        async def counted(group: Any, *args: Any) -> Any:
+            ran.append(group.name)
+            return await original(group, *args)
+
+        controller.group_pass.run = counted  # type: ignore[method-assign]
+        for job_id in range(41, 46):  # jobs of a repository no group serves: each wakes the controller
+            rounds = controller.rounds
+            await queue(redis, job_id, labels=[], repo="other/unserved")
+            await eventually(lambda: controller.rounds > rounds)  # noqa: B023
+        assert ran == []
+        taken = JobUpdate.from_payload(model("in_progress", job_id=45, labels=[], repo="other/unserved"))
+        await JobStore(redis).record(dataclasses.replace(taken, runner_name=runner))
+        await eventually(lambda: "steady" in ran)
