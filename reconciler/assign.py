@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from reconciler.labels import effective_labels, names
 from reconciler.spec import RunnerGroupSpec
 from webhook_scaler.jobs import QueuedJob
 
@@ -34,30 +35,71 @@ def covers(spec: RunnerGroupSpec, job: QueuedJob) -> bool:
     return job.owner == ((spec.org if spec.scope == "org" else spec.user) or "").lower()
 
 
-def assign(queued: Sequence[QueuedJob], groups: Sequence[GroupView]) -> dict[tuple[str, str], list[QueuedJob]]:
+@dataclass(frozen=True, slots=True)
+class GroupIndex:
+    """The groups indexed by what their scope names, most specific first: built once per change of the
+    groups, so each job looks only at the groups that can cover it and a round stays linear in jobs +
+    groups, however many repository-scoped groups there are."""
+
+    groups: tuple[GroupView, ...]
+    by_repo: dict[str, list[GroupView]]
+    by_owner: dict[str, list[GroupView]]
+    everywhere: list[GroupView]
+
+
+def index_groups(groups: Sequence[GroupView]) -> GroupIndex:
+    """The index `assign` reads (see `GroupIndex`)."""
+    ranked = sorted(
+        (g for g in groups if not g.spec.suspend), key=lambda g: (-_SPECIFICITY[g.spec.scope], g.namespace, g.name)
+    )
+    index = GroupIndex(tuple(groups), {}, {}, [])
+    for g in ranked:
+        if g.spec.scope == "repo":
+            index.by_repo.setdefault((g.spec.repo or "").lower(), []).append(g)
+        elif g.spec.scope == "global":
+            index.everywhere.append(g)
+        else:
+            owner = (g.spec.org if g.spec.scope == "org" else g.spec.user) or ""
+            index.by_owner.setdefault(owner.lower(), []).append(g)
+    return index
+
+
+def assign(
+    queued: Sequence[QueuedJob], groups: Sequence[GroupView] | GroupIndex
+) -> dict[tuple[str, str], list[QueuedJob]]:
     """Give every queued job to exactly one group: of those whose scope and labels match and that are
     not suspended, the most specific scope (repo, then org or user, then global), then the first by
     namespace and name. A job no group matches is in no list.
     """
-    ranked = sorted(
-        (g for g in groups if not g.spec.suspend), key=lambda g: (-_SPECIFICITY[g.spec.scope], g.namespace, g.name)
-    )
-    # Index the groups by what their scope names, so each job looks only at the groups that can cover it:
-    # a pass stays linear in jobs + groups, however many repository-scoped groups there are.
-    by_repo: dict[str, list[GroupView]] = {}
-    by_owner: dict[str, list[GroupView]] = {}
-    everywhere: list[GroupView] = []
-    for g in ranked:
-        if g.spec.scope == "repo":
-            by_repo.setdefault((g.spec.repo or "").lower(), []).append(g)
-        elif g.spec.scope == "global":
-            everywhere.append(g)
-        else:
-            by_owner.setdefault(((g.spec.org if g.spec.scope == "org" else g.spec.user) or "").lower(), []).append(g)
-    out: dict[tuple[str, str], list[QueuedJob]] = {(g.namespace, g.name): [] for g in groups}
+    index = groups if isinstance(groups, GroupIndex) else index_groups(groups)
+    out: dict[tuple[str, str], list[QueuedJob]] = {(g.namespace, g.name): [] for g in index.groups}
     for job in queued:
-        for g in (*by_repo.get(job.repo, ()), *by_owner.get(job.owner, ()), *everywhere):
+        for g in (*index.by_repo.get(job.repo, ()), *index.by_owner.get(job.owner, ()), *index.everywhere):
             if covers(g.spec, job) and all(lb in g.label_names for lb in job.labels):
                 out[(g.namespace, g.name)].append(job)
                 break
     return out
+
+
+class CachedIndex:
+    """The index of the valid groups, rebuilt only when a spec changed or a group came or went (a spec
+    object is kept while its group's generation is: see `Controller.views`)."""
+
+    def __init__(self) -> None:
+        self._built: tuple[tuple[RunnerGroupSpec, ...], GroupIndex] | None = None
+
+    def of(self, groups: Sequence[tuple[str, str, RunnerGroupSpec]]) -> GroupIndex:
+        """The index of `groups` (namespace, name, validated spec)."""
+        specs = tuple(spec for _, _, spec in groups)
+        built = self._built
+        if (
+            built is None
+            or len(built[0]) != len(specs)
+            or any(a is not b for a, b in zip(built[0], specs, strict=True))
+        ):
+            views = [
+                GroupView(ns, name, spec, names(effective_labels(spec.labels, spec.default_labels)))
+                for ns, name, spec in groups
+            ]
+            built = self._built = (specs, index_groups(views))
+        return built[1]

@@ -17,13 +17,12 @@ from collections.abc import Callable
 from typing import Any
 
 from reconciler.apply import GroupPass
-from reconciler.assign import GroupView, assign
+from reconciler.assign import CachedIndex, assign
 from reconciler.errors import kind_of
 from reconciler.gitea_runners import RunnerRows
 from reconciler.giteaapi import GiteaClient
 from reconciler.informers import caches
 from reconciler.kube import Kube
-from reconciler.labels import effective_labels, names
 from reconciler.metrics import Metrics
 from reconciler.objects import GroupObject, JobObject, PodObject
 from reconciler.plan import Plan
@@ -79,6 +78,7 @@ class Controller:
         self.poller = self._poller(gitea)
         self._specs: dict[str, tuple[int, RunnerGroupSpec | None, str]] = {}
         self._group_of_runner: dict[str, str] = {}  # runner Job name -> "namespace/group"
+        self.groups_index = CachedIndex()
         self._background: set[asyncio.Task[None]] = set()
 
     def _scheduler(self) -> Scheduler:
@@ -229,12 +229,8 @@ class Controller:
         started = time.perf_counter()
         views = self.views()
         self.index()
-        valid = [
-            GroupView(g.namespace, g.name, spec, names(effective_labels(spec.labels, spec.default_labels)))
-            for g, spec, _ in views
-            if spec is not None
-        ]
-        assignment = assign(await self.store.queued(ALL), valid)
+        valid = [(g.namespace, g.name, spec) for g, spec, _ in views if spec is not None]
+        assignment = assign(await self.store.queued(ALL), self.groups_index.of(valid))
         for group, spec, problem in views:
             self.scheduler.start(group, spec, problem, assignment.get((group.namespace, group.name), []))
         await self._observe()

@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -79,6 +79,18 @@ async def api_client(kubeconfig: str | None) -> client.ApiClient:
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
 
 
+async def _answered(call: Awaitable[Any]) -> None:
+    """Await a write sent with `_preload_content=False`: the answer is read but not turned into a model
+    (nothing reads it, and that took a tenth of a burst's CPU); a non-2xx raises ApiException as usual."""
+    response: aiohttp.ClientResponse = await call
+    async with response:
+        data = await response.read()
+        if not 200 <= response.status <= 299:
+            refused = ApiException(http_resp=cast(Any, RESTResponse(response, data)))
+            refused.body = cast(Any, data.decode("utf-8", "replace"))  # as the client leaves it
+            raise refused
+
+
 class Kube:
     """Typed operations over the API objects the reconciler owns or reads."""
 
@@ -90,19 +102,16 @@ class Kube:
         self.core = client.CoreV1Api(api)
 
     async def create_job(self, body: Mapping[str, Any]) -> bool:
-        """Create a Job; False if one of that name exists already (409 is success).
-
-        The answer is not turned into a V1Job (nothing reads it; that took a tenth of a burst's CPU)."""
+        """Create a Job; False if one of that name exists already (409 is success)."""
         try:
-            response: aiohttp.ClientResponse = await self.batch.create_namespaced_job(  # type: ignore[assignment]
-                body["metadata"]["namespace"], cast(Any, body), _request_timeout=REQUEST_TIMEOUT, _preload_content=False
+            await _answered(
+                self.batch.create_namespaced_job(
+                    body["metadata"]["namespace"],
+                    cast(Any, body),
+                    _request_timeout=REQUEST_TIMEOUT,
+                    _preload_content=False,
+                )
             )
-            async with response:
-                data = await response.read()
-                if not 200 <= response.status <= 299:
-                    refused = ApiException(http_resp=cast(Any, RESTResponse(response, data)))
-                    refused.body = cast(Any, data.decode("utf-8", "replace"))  # as the client leaves it
-                    raise refused
         except ApiException as exc:
             if exc.status == 409 and "AlreadyExists" in str(exc.body or ""):
                 return False
@@ -148,15 +157,18 @@ class Kube:
     async def patch_status(self, group: GroupRef, status: Mapping[str, Any]) -> None:
         """Merge-patch a RunnerGroup's status subresource."""
         try:
-            await self.custom.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                group.namespace,
-                PLURAL,
-                group.name,
-                {"status": dict(status)},
-                _content_type="application/merge-patch+json",  # type: ignore[call-arg]
-                _request_timeout=REQUEST_TIMEOUT,
+            await _answered(
+                self.custom.patch_namespaced_custom_object_status(
+                    GROUP,
+                    VERSION,
+                    group.namespace,
+                    PLURAL,
+                    group.name,
+                    {"status": dict(status)},
+                    _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+                    _request_timeout=REQUEST_TIMEOUT,
+                    _preload_content=False,
+                )
             )
         except ApiException as exc:
             if exc.status != 404:
@@ -233,6 +245,10 @@ class Kube:
             "count": 1,
         }
         try:
-            await self.core.create_namespaced_event(group.namespace, cast(Any, body), _request_timeout=REQUEST_TIMEOUT)
+            await _answered(
+                self.core.create_namespaced_event(
+                    group.namespace, cast(Any, body), _request_timeout=REQUEST_TIMEOUT, _preload_content=False
+                )
+            )
         except (TimeoutError, ApiException, OSError) as exc:
             log.warning("event not recorded", extra={"group": group.name, "reason": reason, "error": str(exc)[:200]})

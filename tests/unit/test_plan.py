@@ -295,6 +295,20 @@ def test_assign_prefers_most_specific_scope_then_name() -> None:
     assert out[("ci", "org-a")] == [job(2)]
 
 
+def test_the_group_index_is_kept_until_a_spec_changes_or_a_group_comes_or_goes() -> None:
+    from reconciler.assign import CachedIndex, assign
+
+    repo, org = spec(scope="repo", repo="acme/w"), spec(scope="org", org="acme")
+    cache = CachedIndex()
+    first = cache.of([("ci", "a", repo), ("ci", "b", org)])
+    assert cache.of([("ci", "a", repo), ("ci", "b", org)]) is first
+    assert assign([job(1)], first)[("ci", "a")] == [job(1)]
+    moved = cache.of([("ci", "a", spec(scope="repo", repo="acme/x")), ("ci", "b", org)])  # a new generation
+    assert moved is not first and assign([job(1)], moved)[("ci", "b")] == [job(1)]
+    fewer = cache.of([("ci", "b", org)])
+    assert fewer is not moved and list(assign([job(1)], fewer)) == [("ci", "b")]
+
+
 def test_assign_skips_suspended_and_non_matching_labels() -> None:
     from dataclasses import replace
 
