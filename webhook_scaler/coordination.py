@@ -121,10 +121,7 @@ class Coordination:
         """Take a seat for runner Job `name` if fewer than `maximum` are held (idempotent per name):
         1 granted, 0 the group is full, -1 the epoch is not `epoch` any more."""
         seats = self.keys.seats(group_uid)
-        granted = int(await self._reserve(keys=[seats, self.keys.epoch], args=[maximum, name, epoch]))
-        if granted == 1:
-            await self.redis.expire(seats, SEATS_IDLE_TTL_S)
-        return granted
+        return int(await self._reserve(keys=[seats, self.keys.epoch], args=[maximum, name, epoch, SEATS_IDLE_TTL_S]))
 
     async def holds(self, group_uid: str, name: str, *, epoch: str) -> bool:
         """Whether `name` still holds its seat in `epoch` (checked right before its create is sent)."""

@@ -202,8 +202,8 @@ return {string.sub(epoch, 1, sep - 1), tonumber(string.sub(epoch, sep + 1)), now
 )
 
 # A seat for one runner Job, granted only while fewer than `max` are held, in the expected epoch.
-# KEYS: seats, epoch; ARGV: max, name, epoch id. Returns 1 granted (or held already), 0 full,
-# -1 the epoch changed (Redis lost the seats since the caller read it).
+# KEYS: seats, epoch; ARGV: max, name, epoch id, the seats' idle ttl (s). Returns 1 granted (or held
+# already), 0 full, -1 the epoch changed (Redis lost the seats since the caller read it).
 RESERVE = (
     _NOW
     + """
@@ -212,6 +212,7 @@ if not epoch or string.sub(epoch, 1, string.len(ARGV[3]) + 1) ~= ARGV[3] .. ':' 
 if redis.call('ZSCORE', KEYS[1], ARGV[2]) then return 1 end
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
 redis.call('ZADD', KEYS[1], now, ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 """
 )

@@ -21,7 +21,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tests.jobs import model, stored
 from tests.redis_topology import ClusterServers, SentinelServers
-from webhook_scaler.coordination import Coordination
+from webhook_scaler.coordination import SEATS_IDLE_TTL_S, Coordination
 from webhook_scaler.jobs import ALL, JobUpdate, Scope
 from webhook_scaler.queue import JobStore, Outcome
 from webhook_scaler.redis_client import connect, store_client
@@ -92,6 +92,8 @@ async def test_seats_cap_a_group_and_follow_their_epoch(client: Client) -> None:
     held = (await coordination.seats("g")).held
     assert len(held) == 3 and all(await asyncio.gather(*(coordination.holds("g", n, epoch="e1") for n in held)))
     assert await coordination.reserve("g", "runner-x", maximum=3, epoch="another") == -1
+    ttl = await client.ttl(coordination.keys.seats("g"))  # a group gone for good leaves no seats behind
+    assert 0 < ttl <= SEATS_IDLE_TTL_S
 
 
 async def test_activity_reads_runners_and_jobs_in_one_snapshot(client: Client) -> None:
