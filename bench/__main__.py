@@ -248,8 +248,14 @@ def burst_rows(b: Burst) -> list[Row]:
     cpu = ", ".join(f"{p} {c:.2f}" for c, p in named[:12] if c >= 0.01)
     rest = b.busy - sum(c for c, _ in named)
     return [
-        row(f"node burst: {n} jobs queued at once, all picked in", f"{b.all_picked:.1f} s"),
+        row(
+            f"node burst: {n} jobs queued at once, all picked in", f"{b.all_picked:.1f} s ({len(b.api)} listed picked)"
+        ),
         row(f"node burst: queued -> picked, p50 / p99 ({len(b.api)} jobs)", f"{p50:.1f} s / {p99:.1f} s"),
+        row(
+            f"node burst: by Gitea's clock (to the second), p50 / p99 / max ({len(b.gitea)} jobs)",
+            f"{sc.pct(b.gitea, 0.5):.0f} s / {sc.pct(b.gitea, 0.99):.0f} s / {max(b.gitea, default=0):.0f} s",
+        ),
         row("node burst: where the time goes, per runner (medians)", stages),
         row("node burst: the last runner reached each step at (s after queued)", reached),
         row("node burst: the stage with the longest median", b.slowest),

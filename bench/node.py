@@ -11,6 +11,7 @@ what a webhook-driven scaler waits for.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -152,6 +153,7 @@ class Burst:
     jobs: int
     all_picked: float = 0.0  # the first job queued -> the last picked, s
     api: list[float] = field(default_factory=list)  # per job: first listed queued -> first listed picked
+    gitea: list[float] = field(default_factory=list)  # per job: Gitea's created_at -> started_at, to the second
     stages: dict[str, list[float]] = field(default_factory=dict)  # stage -> per runner, s
     reached: dict[str, float] = field(default_factory=dict)  # step -> when the last runner reached it, s after queued
     max_running: int = 0  # the most runner Pods running at once (phase Running, not yet terminated)
@@ -308,10 +310,18 @@ def burst(stack: NodeStack, *, jobs: int, timeout: float = 900) -> Burst:
         pods, pods_mb, shims_mb = sampler.peak
         if pods:
             out.pod_mb, out.shim_mb = pods_mb / pods, shims_mb / pods
-        stack.wait_run(repo, run_id, timeout=timeout)
+        try:  # before the node stops: not measured, but the run's Pods end on their own
+            stack.wait_run(repo, run_id, timeout=timeout)
+        except (OSError, RuntimeError, AssertionError) as err:
+            print(f"  the run did not complete: {err!r}", flush=True)
     finally:
         sampler.stop()
         watch.stop()
+    if not picked:
+        return out
+    with contextlib.suppress(OSError, RuntimeError):  # Gitea's own clock, once it answers again
+        listing = all_jobs(stack, repo, run_id)
+        out.gitea = [_stamp(j["started_at"]) - _stamp(j["created_at"]) for j in listing if j.get("started_at")]
     start = min(queued.values())
     out.api = [picked[j] - queued[j] for j in picked]
     out.all_picked = max(picked.values()) - start
@@ -349,7 +359,12 @@ def _follow_all(
     deadline = listed + timeout
     while time.time() < deadline:
         now = time.time()
-        for job in all_jobs(stack, repo, run_id):
+        try:
+            listing = all_jobs(stack, repo, run_id)
+        except (OSError, RuntimeError) as err:  # a busy Gitea may time out a read (30 s) or answer 5xx
+            print(f"  reading the run's jobs: {err!r}", flush=True)
+            continue
+        for job in listing:
             if job["status"] in ("queued", "waiting"):
                 queued.setdefault(job["id"], now)
             else:
@@ -360,7 +375,8 @@ def _follow_all(
         if len(picked) >= jobs:
             return queued, picked, by_runner
         time.sleep(0.2)
-    raise AssertionError(f"{len(picked)} of {jobs} jobs of run {run_id} picked within {timeout} s")
+    print(f"  only {len(picked)} of {jobs} jobs listed picked within {timeout} s", flush=True)
+    return queued, picked, by_runner
 
 
 def _most_at_once(start: dict[str, int], end: dict[str, int]) -> int:
