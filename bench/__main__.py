@@ -15,7 +15,7 @@ from typing import Any
 
 from bench import scenarios as sc
 from bench.ceiling import create_ceiling
-from bench.node import measure
+from bench.node import STAGES, Burst, burst, measure
 from bench.stack import Stack, machine, workdir
 from reconciler.settings import Settings
 from tests.e2e.node_stack import start_stack
@@ -37,6 +37,7 @@ FULL = {
     "cost_groups": 200,
     "node_rounds": 10,
     "node_jobs": 3,
+    "node_burst": 200,
 }
 SMOKE = {
     "ingest_s": 1.0,
@@ -52,6 +53,7 @@ SMOKE = {
     "cost_groups": 10,
     "node_rounds": 1,
     "node_jobs": 2,
+    "node_burst": 4,
 }
 
 Row = tuple[str, str, str, str]
@@ -233,6 +235,65 @@ def node_rows(cfg: dict[str, Any]) -> list[Row]:
     ]
 
 
+async def run_node_burst(cfg: dict[str, Any]) -> list[Row]:
+    return await asyncio.to_thread(node_burst_rows, cfg)
+
+
+def node_burst_rows(cfg: dict[str, Any]) -> list[Row]:
+    """`node_burst` jobs queued at once on a real node (a cluster of its own): how long until every one
+    was picked, and which stage of a runner's start holds them up."""
+    with workdir() as d:
+        # Without our own image (the Helm scenarios' only): our processes run on the host here.
+        redis, node = RedisServer(d / "redis"), NodeCluster(d / "node", images=("pause", "runner"))
+        (d / "redis").mkdir()
+        redis.start()
+        node.start()
+        stack = start_stack(d, node=node, redis=redis, GRS_POLL_INTERVAL="3")
+        try:
+            b = burst(stack, jobs=cfg["node_burst"])
+        finally:
+            stack.stop()
+            node.stop()
+            redis.stop()
+    return burst_rows(b)
+
+
+def burst_rows(b: Burst) -> list[Row]:
+    n = b.jobs
+    p50, p99 = sc.pct(b.api, 0.5), sc.pct(b.api, 0.99)
+    stages = ", ".join(f"{stage} {sc.median(b.stages[stage]):.2f} s" for stage, _, _ in STAGES)
+    reached = ", ".join(f"{step} {t:.1f} s" for step, t in b.reached.items())
+    named = sorted(((c, p) for p, c in b.cpu.items()), reverse=True)
+    cpu = ", ".join(f"{p} {c:.2f}" for c, p in named[:12] if c >= 0.01)
+    rest = b.busy - sum(c for c, _ in named)
+    return [
+        row(
+            f"node burst: {n} jobs queued at once, all picked in", f"{b.all_picked:.1f} s ({len(b.api)} listed picked)"
+        ),
+        row(f"node burst: queued -> picked, p50 / p99 ({len(b.api)} jobs)", f"{p50:.1f} s / {p99:.1f} s"),
+        row(
+            f"node burst: by Gitea's clock (to the second), p50 / p99 / max ({len(b.gitea)} jobs)",
+            f"{sc.pct(b.gitea, 0.5):.0f} s / {sc.pct(b.gitea, 0.99):.0f} s / {max(b.gitea, default=0):.0f} s",
+        ),
+        row("node burst: where the time goes, per runner (medians)", stages),
+        row("node burst: the last runner reached each step at (s after queued)", reached),
+        row("node burst: the stage with the longest median", b.slowest),
+        row(
+            "node burst: most runner Pods running at once / on the node at once",
+            f"{b.max_running} / {b.max_pods}",
+            "kubelet maxPods 300 (tests/node/configs.py), Pod CIDR /22",
+        ),
+        row(
+            f"node burst: CPU, cores busy on average over the burst (of {b.cores})",
+            f"{b.busy:.2f}: {cpu}, unaccounted (processes that lived < 1 s: runc, CNI plugins) {rest:.2f}",
+        ),
+        row(
+            "node burst: memory per runner Pod, when the Pods held the most",
+            f"{b.pod_mb:.0f} MB RSS in the Pod's cgroup + {b.shim_mb:.0f} MB its containerd shim",
+        ),
+    ]
+
+
 def print_rows(title: str, rows: list[Row]) -> None:
     print(f"\n## {title}", flush=True)
     for name, value, target, verdict in rows:
@@ -242,7 +303,9 @@ def print_rows(title: str, rows: list[Row]) -> None:
 async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--smoke", action="store_true", help="a short pass that only checks the scripts work")
-    parser.add_argument("--only", default="", help="comma-separated: node,ingest,ttr,burst,side,polling,memory,scaling")
+    parser.add_argument(
+        "--only", default="", help="comma-separated: node,nodeburst,ingest,ttr,burst,side,polling,memory,scaling"
+    )
     args = parser.parse_args(argv)
     cfg = SMOKE if args.smoke else FULL
     only = set(filter(None, args.only.split(",")))
@@ -264,6 +327,8 @@ async def main(argv: list[str]) -> int:
     ]
     if not args.smoke or "node" in only:  # the tests exercise `measure` on their own node instead
         steps.insert(0, ("node", "On a real node", lambda: run_node(cfg)))
+    if not args.smoke or "nodeburst" in only:
+        steps.insert(1, ("nodeburst", "On a real node: a burst", lambda: run_node_burst(cfg)))
     if want("ttr") or want("side"):
         rows, webhook = await run_time_to_runner(cfg)
         print_rows("Time to runner", rows)

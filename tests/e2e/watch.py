@@ -127,6 +127,14 @@ class RunnerWatch:
         # Gitea job each runner Job was started for.
         self.added_ms: dict[str, int] = {}
         self.running_ms: dict[str, int] = {}
+        # The steps of each runner's Pod in between, as first seen (the node benchmark splits a burst by
+        # them): the Pod listed, bound to the node, its register init container started and exited
+        # (registered with Gitea), and its Pod terminated.
+        self.pod_added_ms: dict[str, int] = {}
+        self.scheduled_ms: dict[str, int] = {}
+        self.init_started_ms: dict[str, int] = {}
+        self.registered_ms: dict[str, int] = {}
+        self.done_ms: dict[str, int] = {}
         self.for_job: dict[str, int] = {}
         self.max_alive = 0
         self._lock = threading.Lock()
@@ -177,11 +185,23 @@ class RunnerWatch:
 
     def _pod(self, kind: str, pod: dict[str, Any]) -> None:
         owner = (pod["metadata"].get("labels") or {}).get("job-name")
-        if owner and (pod.get("status") or {}).get("phase") == "Running":
-            with self._lock:
-                self.running_ms.setdefault(owner, int(time.time() * 1000))
-        if owner and (kind == "DELETED" or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")):
-            with self._lock:
+        if not owner:
+            return
+        now = int(time.time() * 1000)
+        status = pod.get("status") or {}
+        inits = [s.get("state") or {} for s in status.get("initContainerStatuses") or []]
+        with self._lock:
+            self.pod_added_ms.setdefault(owner, now)
+            if (pod.get("spec") or {}).get("nodeName"):
+                self.scheduled_ms.setdefault(owner, now)
+            if inits and ("running" in inits[-1] or "terminated" in inits[-1]):
+                self.init_started_ms.setdefault(owner, now)
+            if inits and "terminated" in inits[-1]:
+                self.registered_ms.setdefault(owner, now)
+            if status.get("phase") == "Running":
+                self.running_ms.setdefault(owner, now)
+            if kind == "DELETED" or status.get("phase") in ("Succeeded", "Failed"):
+                self.done_ms.setdefault(owner, now)
                 self.pods_done.add(owner)
                 self._count()
 
