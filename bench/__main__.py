@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import sys
 import time
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
+from bench import growth as gr
 from bench import scenarios as sc
 from bench.ceiling import create_ceiling
 from bench.node import STAGES, Burst, burst, measure
@@ -34,6 +37,10 @@ FULL = {
     "scale_jobs": 30,
     "scale_burst": 1000,
     "memory_jobs": 10_000,
+    "growth_groups": 1000,
+    "growth_jobs": (1_000, 10_000, 30_000, 100_000),
+    "growth_window": 10.0,
+    "growth_svg": "docs/bench-growth.svg",
     "cost_groups": 200,
     "node_rounds": 10,
     "node_jobs": 3,
@@ -50,6 +57,10 @@ SMOKE = {
     "scale_jobs": 3,
     "scale_burst": 20,
     "memory_jobs": 200,
+    "growth_groups": 10,
+    "growth_jobs": (50, 200),
+    "growth_window": 2.0,
+    "growth_svg": "",  # the smoke pass renders into its scratch folder: the README's curve stays
     "cost_groups": 10,
     "node_rounds": 1,
     "node_jobs": 2,
@@ -57,6 +68,7 @@ SMOKE = {
 }
 
 Row = tuple[str, str, str, str]
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def row(name: str, value: str, target: str = "", ok: bool | None = None) -> Row:
@@ -153,6 +165,71 @@ async def run_memory(cfg: dict[str, Any]) -> list[Row]:
     return [
         row(f"memory: reconciler peak RSS, {cfg['memory_jobs']} queued jobs", f"{rss:.0f} MB", "<= 150 MB", rss <= 150)
     ]
+
+
+async def run_growth(cfg: dict[str, Any]) -> list[Row]:
+    groups, steps = cfg["growth_groups"], cfg["growth_jobs"]
+    with workdir() as d, Stack(d, kube=True) as stack:
+        r = await gr.growth(stack, groups=groups, steps=steps, window=cfg["growth_window"], probe_timeout=20)
+        svg = ROOT / cfg["growth_svg"] if cfg["growth_svg"] else d / "bench-growth.svg"
+        caption = f"{groups:,} groups, maxActiveRunners 1; {time.strftime('%Y-%m-%d')}; {machine()}"
+        gr.render(r, svg, caption)
+    return growth_rows(r, svg if cfg["growth_svg"] else None)
+
+
+def growth_rows(r: gr.Growth, svg: Path | None) -> list[Row]:
+    """The growth figures, then the three read against targets."""
+    rows: list[Row] = []
+    for p in r.points:
+        at = f"growth, {p.jobs:,} queued jobs over {r.groups:,} groups"
+        rows.append(row(f"{at}: reconciler RSS now / peak", f"{p.rss_mb:.0f} / {p.hwm_mb:.0f} MB"))
+        rows.append(
+            row(
+                f"{at}: one whole pass, mean of {p.passes} (reads {p.read:,} jobs)",
+                f"{p.pass_ms:.0f} ms wall, {p.cpu_ms_per_pass:.0f} CPU-ms "
+                f"({p.cpu_ms_per_pass / p.read * 1000:.0f} CPU-ms per 1,000 jobs read)",
+            )
+        )
+        rows.append(
+            row(f"{at}: Redis memory", f"{p.redis_bytes_per_job:.0f} B per job added; {p.redis_mb:.0f} MB in all")
+        )
+    last = r.points[-1]
+    # A pass's wall time on the shared 2 cores is mostly waiting for the CPU: judge by its CPU time.
+    per_k = [p.cpu_ms_per_pass / p.read * 1000 for p in r.points]
+    linear = all(b <= a * 1.2 for a, b in itertools.pairwise(per_k))
+    per_job = r.points[-1].redis_bytes_per_job
+    added = last.jobs - (r.points[-2].jobs if len(r.points) > 1 else 0)
+    rows += [
+        row(
+            f"reconciler RSS at {last.jobs:,} queued jobs (peak)",
+            f"{last.hwm_mb:.0f} MB",
+            "<= 400 MB",
+            last.hwm_mb <= 400,
+        ),
+        row(
+            "pass time grows linearly or better: CPU-ms per pass per 1,000 jobs read, at each size",
+            " / ".join(f"{k:.0f}" for k in per_k) + f" (a pass reads at most the oldest {gr.READ_LIMIT:,})",
+            "does not grow (each <= 1.2x the one before)",
+            linear,
+        ),
+        row(
+            f"Redis memory per queued job (the {added:,} jobs of the last step)",
+            f"{per_job:.0f} B ({per_job * 100_000 / 2**20:.0f} MB per 100,000)",
+            "<= 2 KB (judged over >= 10,000 jobs: fewer are in Redis' fixed costs' noise)",
+            per_job <= 2048 if added >= 10_000 else None,
+        ),
+        row(
+            f"a group added last: its job, queued after {last.jobs:,} others, gets a runner Job",
+            f"in {r.probe_s:.2f} s"
+            if r.probe_s is not None
+            else f"not in 20 s (a pass reads the oldest {gr.READ_LIMIT:,})",
+            "within 20 s",
+            r.probe_s is not None,
+        ),
+    ]
+    if svg is not None:
+        rows.append(row("growth: the curve", str(svg.relative_to(ROOT))))
+    return rows
 
 
 async def run_scaling(cfg: dict[str, Any]) -> list[Row]:
@@ -304,7 +381,9 @@ async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--smoke", action="store_true", help="a short pass that only checks the scripts work")
     parser.add_argument(
-        "--only", default="", help="comma-separated: node,nodeburst,ingest,ttr,burst,side,polling,memory,scaling"
+        "--only",
+        default="",
+        help="comma-separated: node,nodeburst,ingest,ttr,burst,side,polling,memory,growth,scaling",
     )
     args = parser.parse_args(argv)
     cfg = SMOKE if args.smoke else FULL
@@ -320,6 +399,7 @@ async def main(argv: list[str]) -> int:
         ("burst", "Burst", lambda: run_burst(cfg)),
         ("polling", "Polling cost", lambda: run_polling_cost(cfg)),
         ("memory", "Memory", lambda: run_memory(cfg)),
+        ("growth", "Growth", lambda: run_growth(cfg)),
         ("scaling", "Scaling", lambda: run_scaling(cfg)),
         # Last: its saturation run leaves the disk busy with Redis's fsynced writes for a while, which
         # slows every scenario after it.

@@ -88,8 +88,15 @@ class Proc:
 
     def peak_rss_mb(self) -> float:
         """Peak resident memory (VmHWM)."""
+        return self._status_mb("VmHWM")
+
+    def rss_mb(self) -> float:
+        """Resident memory now (VmRSS)."""
+        return self._status_mb("VmRSS")
+
+    def _status_mb(self, field: str) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
         return 0.0
 
@@ -165,13 +172,15 @@ class Stack:
         wait_port(port, timeout=30)
         return proc, f"http://127.0.0.1:{port}"
 
-    def groups(self, count: int, *, each: Callable[[int], dict[str, Any]] | None = None, **spec: Any) -> None:
-        """Create RunnerGroups g0..g{count-1}; by default group i serves repository acme/r{i}.
+    def groups(
+        self, count: int, *, first: int = 0, each: Callable[[int], dict[str, Any]] | None = None, **spec: Any
+    ) -> None:
+        """Create RunnerGroups g{first}..g{first+count-1}; by default group i serves repository acme/r{i}.
 
         `spec` changes every group's spec, `each(i)` group i's; a None value removes a field.
         """
         assert self.kube is not None
-        for i in range(count):
+        for i in range(first, first + count):
             fields: dict[str, Any] = {
                 "scope": "repo",
                 "repo": f"acme/r{i}",
