@@ -28,6 +28,9 @@ from tests.redis_server import RedisServer
 CREATES_IN_FLIGHT = Settings.model_fields["create_concurrency"].default
 FULL = {
     "ingest_s": 10.0,
+    "ingest_repeats": 3,
+    "intake_deliveries": 1000,
+    "intake_repeats": 5,
     "ttr_jobs": 100,
     "burst_jobs": 1000,
     "burst_groups": 20,
@@ -48,6 +51,9 @@ FULL = {
 }
 SMOKE = {
     "ingest_s": 1.0,
+    "ingest_repeats": 1,
+    "intake_deliveries": 40,
+    "intake_repeats": 1,
     "ttr_jobs": 5,
     "burst_jobs": 40,
     "burst_groups": 4,
@@ -75,10 +81,25 @@ def row(name: str, value: str, target: str = "", ok: bool | None = None) -> Row:
     return name, value, target, "" if ok is None else ("met" if ok else "MISSED")
 
 
+def figure_rows(figures: list[sc.Figure]) -> list[Row]:
+    return [row(f.name, f"{f.value:.{2 if f.unit == 's' else 1}f} {f.unit}{f.detail}", f.target, f.ok) for f in figures]
+
+
 async def run_ingest(cfg: dict[str, Any]) -> list[Row]:
     with workdir() as d, Stack(d, kube=False) as stack:
-        figures = await sc.ingest(stack, seconds=cfg["ingest_s"], concurrency=32, paced_rate=1000)
-    return [row(f.name, f"{f.value:.1f} {f.unit}", f.target, f.ok) for f in figures]
+        figures = await sc.ingest(
+            stack, seconds=cfg["ingest_s"], concurrency=32, paced_rate=1000, repeats=cfg["ingest_repeats"]
+        )
+    return figure_rows(figures)
+
+
+async def run_intake(cfg: dict[str, Any]) -> list[Row]:
+    """Only the receiver and Redis run: the figure is about intake, not a reconciler sharing the cores."""
+    with workdir() as d, Stack(d, kube=False) as stack:
+        figures = await sc.intake(
+            stack, deliveries=cfg["intake_deliveries"], concurrency=50, repeats=cfg["intake_repeats"]
+        )
+    return figure_rows(figures)
 
 
 async def run_time_to_runner(cfg: dict[str, Any]) -> tuple[list[Row], list[float]]:
@@ -383,7 +404,7 @@ async def main(argv: list[str]) -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated: node,nodeburst,ingest,ttr,burst,side,polling,memory,growth,scaling",
+        help="comma-separated: node,nodeburst,ttr,side,burst,polling,memory,growth,scaling,intake,ingest",
     )
     args = parser.parse_args(argv)
     cfg = SMOKE if args.smoke else FULL
@@ -403,6 +424,7 @@ async def main(argv: list[str]) -> int:
         ("scaling", "Scaling", lambda: run_scaling(cfg)),
         # Last: its saturation run leaves the disk busy with Redis's fsynced writes for a while, which
         # slows every scenario after it.
+        ("intake", "Intake", lambda: run_intake(cfg)),
         ("ingest", "Ingest", lambda: run_ingest(cfg)),
     ]
     if not args.smoke or "node" in only:  # the tests exercise `measure` on their own node instead

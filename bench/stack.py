@@ -142,13 +142,14 @@ class Stack:
     def common_env(self) -> dict[str, str]:
         return {"GRS_REDIS_URL": self.redis.url, "GRS_REDIS_PREFIX": self.prefix, "GRS_LOG_LEVEL": "WARNING"}
 
-    def receiver(self) -> tuple[Proc, str]:
+    def receiver(self, **extra: str) -> tuple[Proc, str]:
         port = free_port()
         env = {
             **self.common_env(),
             "GRS_WEBHOOK_SECRET": SECRET,
             "GRS_LISTEN_HOST": "127.0.0.1",
             "GRS_LISTEN_PORT": str(port),
+            **extra,
         }
         proc = Proc("webhook-scaler", env, self.dir)
         self.procs.append(proc)

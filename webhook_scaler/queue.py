@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from redis.asyncio import Redis
 
+from webhook_scaler.batching import ScriptBatch
 from webhook_scaler.gitea import JobStatus
 from webhook_scaler.jobs import ALL, JobUpdate, Observation, QueuedJob, Scope
 from webhook_scaler.keys import Keys, text
@@ -83,7 +84,7 @@ class JobStore:
         self.ttls = ttls or Ttls()
         self.prefix = prefix
         self.keys = Keys(prefix)
-        self._record = redis.register_script(RECORD)
+        self._record = ScriptBatch(redis, RECORD)  # concurrent deliveries share round trips
         self._drop = redis.register_script(DROP)
         self._listed = redis.register_script(LISTED)
         self._queued = redis.register_script(QUEUED)

@@ -10,7 +10,17 @@ import pytest
 
 pytestmark = pytest.mark.kube
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = ["Time to runner", "Side by side", "Burst", "Polling cost", "Memory", "Growth", "Scaling", "Ingest"]
+SECTIONS = [
+    "Time to runner",
+    "Side by side",
+    "Burst",
+    "Polling cost",
+    "Memory",
+    "Growth",
+    "Scaling",
+    "Intake",
+    "Ingest",
+]
 
 
 def test_benchmarks_smoke_pass() -> None:
