@@ -38,7 +38,6 @@ from webhook_scaler.queue import JobStore
 
 log = logging.getLogger(__name__)
 View = tuple[GroupObject, RunnerGroupSpec | None, str]
-ROUND_SPACING = 0.05  # seconds from one round's start to the next one's, at least
 
 
 class Controller:
@@ -143,16 +142,12 @@ class Controller:
         while True:
             await self.wake.wait()
             self.wake.clear()
-            started = time.monotonic()
             try:
                 await self.reconcile_all()
             except Exception as exc:  # reading the queue failed: Redis is down or failing over
                 log.warning("reconcile round failed", extra={"error": repr(exc), "kind": kind_of(exc)})
                 await asyncio.sleep(self.settings.retry_initial)
                 self.wake.set()
-            # A round reads every queued job: in a burst, when wake-ups come faster than rounds end, take
-            # them together (a lone job still starts its round at once).
-            await asyncio.sleep(max(0.0, started + ROUND_SPACING - time.monotonic()))
 
     async def _follow_redis(self) -> None:
         last = "$"
