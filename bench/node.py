@@ -83,6 +83,24 @@ def measure(stack: NodeStack, *, mode: Mode, rounds: int, jobs: int) -> Pickup:
     return out
 
 
+def _note(
+    listing: list[dict[str, Any]],
+    *,
+    now: float,
+    listed: float,
+    queued: dict[int, float],
+    picked: dict[int, float],
+) -> None:
+    """Record when each job of a listing was first seen queued and first seen picked (a job already
+    picked when first listed counts as queued since the run was listed)."""
+    for job in listing:
+        if job["status"] in ("queued", "waiting"):
+            queued.setdefault(job["id"], now)
+        else:
+            queued.setdefault(job["id"], listed)
+            picked.setdefault(job["id"], now)
+
+
 def _follow(stack: NodeStack, repo: str, run_id: int) -> tuple[dict[int, float], dict[int, float]]:
     """Read the run's jobs every 100 ms until it completes: when each was first listed queued and picked."""
     listed = time.time()  # the jobs exist from the moment the run is listed
@@ -92,12 +110,7 @@ def _follow(stack: NodeStack, repo: str, run_id: int) -> tuple[dict[int, float],
     while time.time() < deadline:
         now = time.time()
         jobs = stack.jobs(repo, run_id)
-        for job in jobs:
-            if job["status"] in ("queued", "waiting"):
-                queued.setdefault(job["id"], now)
-            else:
-                queued.setdefault(job["id"], listed)
-                picked.setdefault(job["id"], now)
+        _note(jobs, now=now, listed=listed, queued=queued, picked=picked)
         if jobs and all(j["status"] == "completed" for j in jobs):
             return queued, picked
         time.sleep(0.1)
@@ -364,14 +377,10 @@ def _follow_all(
         except (OSError, RuntimeError) as err:  # a busy Gitea may time out a read (30 s) or answer 5xx
             print(f"  reading the run's jobs: {err!r}", flush=True)
             continue
+        _note(listing, now=now, listed=listed, queued=queued, picked=picked)
         for job in listing:
-            if job["status"] in ("queued", "waiting"):
-                queued.setdefault(job["id"], now)
-            else:
-                queued.setdefault(job["id"], listed)
-                picked.setdefault(job["id"], now)
-                if job.get("runner_name"):
-                    by_runner.setdefault(job["runner_name"], job["id"])
+            if job["status"] not in ("queued", "waiting") and job.get("runner_name"):
+                by_runner.setdefault(job["runner_name"], job["id"])
         if len(picked) >= jobs:
             return queued, picked, by_runner
         time.sleep(0.2)

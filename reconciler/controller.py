@@ -76,7 +76,7 @@ class Controller:
         self.state = self.scheduler.state
         self.poller = self._poller(gitea)
         self._specs: dict[str, tuple[int, RunnerGroupSpec | None, str]] = {}
-        self._group_of_runner: dict[str, str] = {}  # runner Job name -> "namespace/group"
+        self._group_of_runner: dict[str, tuple[str, str]] = {}  # runner Job name -> (namespace, group)
         self.groups_index = CachedIndex()
         self._background: set[asyncio.Task[None]] = set()
 
@@ -167,7 +167,7 @@ class Controller:
     async def _resync(self) -> None:
         while True:
             await asyncio.sleep(self.settings.resync_interval)
-            self.scheduler.due(None, {})
+            self.scheduler.all_due()
             self.wake.set()
 
     def _wake_at(self, state: GroupState, at_ms: int) -> None:
@@ -208,10 +208,10 @@ class Controller:
     def index(self) -> None:
         """Runner Jobs by group and Pods by Job, once per round, so a round is linear in groups + Jobs."""
         jobs: dict[tuple[str, str], list[JobObject]] = {}
-        group_of_runner: dict[str, str] = {}
+        group_of_runner: dict[str, tuple[str, str]] = {}
         for job in self.jobs.items.values():
             jobs.setdefault((job.namespace, job.group), []).append(job)
-            group_of_runner[job.name] = f"{job.namespace}/{job.group}"
+            group_of_runner[job.name] = (job.namespace, job.group)
         pods: dict[tuple[str, str], list[PodObject]] = {}
         for pod in self.pods.items.values():
             pods.setdefault((pod.namespace, pod.job_name), []).append(pod)
@@ -256,9 +256,10 @@ class Controller:
             log.warning("observations unavailable", extra={"error": repr(exc)})
             return
         for fact in facts:
-            group = self._group_of_runner.get(fact.runner)
-            if group is None:
+            key = self._group_of_runner.get(fact.runner)
+            if key is None:
                 continue
+            group = f"{key[0]}/{key[1]}"
             if fact.kind == "picked":
                 self.metrics.queue_wait.labels(group=group).observe(fact.seconds)
                 continue

@@ -82,27 +82,30 @@ class Scheduler:
         state.due = False
         state.task = asyncio.create_task(self._run(group, spec, problem, queued, state, inputs))
 
-    def due(self, changes: list[tuple[int, str, str]] | None, group_of_runner: Mapping[str, str]) -> None:
-        """Runners took or finished jobs (stream `changes`; None: a resync): their groups' next passes may
-        not skip, as nothing in a group's own objects or queued jobs need have changed. A runner without
-        a name may be one of ours: then every group looks again."""
-        for _job, state, runner in changes if changes is not None else [(0, "", "")]:
+    def due(self, changes: list[tuple[int, str, str]], group_of_runner: Mapping[str, tuple[str, str]]) -> None:
+        """Runners took or finished jobs (the stream's `changes`): their groups' next passes may not
+        skip, as nothing in a group's own objects or queued jobs need have changed. A runner without a
+        name may be one of ours: then every group looks again."""
+        for _job, state, runner in changes:
             if state in ("queued", "waiting", "gone"):
                 continue  # a group's queued jobs show these
-            group = group_of_runner.get(runner)
-            if group is None and not runner:
-                for every in self.state.values():
-                    every.due = True
+            if not runner:
+                self.all_due()
                 return
-            namespace, _, name = (group or "").partition("/")
-            if (namespace, name) in self.state:
-                self.state[(namespace, name)].due = True
+            key = group_of_runner.get(runner)
+            if key in self.state:
+                self.state[key].due = True
+
+    def all_due(self) -> None:
+        """Let no group's next pass skip (the resync)."""
+        for state in self.state.values():
+            state.due = True
 
     def _inputs(self, group: GroupObject, queued: list[QueuedJob], state: GroupState) -> tuple[object, ...]:
         """Everything a pass decides from but Redis' seats and runner activity: the group, its runner Jobs
         and their Pods (cache objects are replaced on every change), its queued jobs (`JobStore` keeps an
         unchanged job's object) and the poll's word. Seats change with Jobs; activity marks the group
-        `due` (see `Controller._due`); deadlines and the resync do too."""
+        `due` (see `due`); deadlines and the resync do too."""
         jobs = self.group_pass.jobs_of(group)
         pods = [p for j in jobs for p in self.group_pass.pods_by_job.get((j.namespace, j.name), ())]
         return (group, state.gitea, state.last_poll, len(jobs), *jobs, len(pods), *pods, *queued)
