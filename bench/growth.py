@@ -7,8 +7,9 @@ prefix the reconciler reads. The records are what the receiver writes; only the 
 (100,000 deliveries through it would take minutes of this small machine and measure nothing new:
 `ingest` measures that hop).
 
-A pass here is `Controller.reconcile_all`: read the queued jobs (at most the oldest 10,000, see
-`JobStore.queued`), give each to one group, start the groups' passes (which run on their own).
+A pass here is `Controller.reconcile_all`: read the queued jobs (every id, and the rows of new jobs and
+of each group's oldest, see `reconciler.demand`), give each to one group, start the groups' passes
+(which run on their own).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from webhook_scaler import delivery
 from webhook_scaler.jobs import JobUpdate
 from webhook_scaler.queue import JobStore, Outcome
 
-READ_LIMIT = 10_000  # JobStore.queued's default: what one pass reads, oldest first
 PASS = "grs_reconcile_pass_duration_seconds"
 UNSERVED = "acme/unserved"  # no group serves it: its jobs wake the reconciler and change no group's work
 
@@ -39,7 +39,6 @@ class Point:
     """The figures at one size of the queue."""
 
     jobs: int  # queued jobs for the groups (besides the few wake-up jobs of the windows)
-    read: int  # of them, how many one pass reads
     passes: int  # passes in the measuring window
     pass_ms: float  # mean time of one whole pass in the window
     cpu_ms_per_pass: float  # reconciler CPU in the window, per pass (its group passes included)
@@ -153,7 +152,7 @@ async def growth(stack: Stack, *, groups: int, steps: Sequence[int], window: flo
             passes, pass_ms, cpu_ms, ticks = await _window(store, proc, rec_url, seconds=window, next_id=tick_id)
             tick_id += ticks
             points.append(
-                Point(n, min(n, READ_LIMIT), passes, pass_ms, cpu_ms, proc.rss_mb(), proc.peak_rss_mb(),
+                Point(n, passes, pass_ms, cpu_ms, proc.rss_mb(), proc.peak_rss_mb(),
                       await _used_mb(redis), per_job)
             )  # fmt: skip
         probe = await _probe(stack, store, watch, groups=groups, timeout=probe_timeout)
@@ -212,12 +211,6 @@ def _panel(x0: int, title: str, xs: list[int], lines: list[tuple[str, str, list[
             f'<line x1="{px(0)}" y1="{py(hline):.1f}" x2="{px(xmax)}" y2="{py(hline):.1f}" stroke="#c00" '
             f'stroke-dasharray="6 4"/><text x="{px(xmax) - 2}" y="{py(hline) - 4:.1f}" text-anchor="end" '
             f'fill="#c00">target {hline:g}</text>'
-        )
-    if xmax > READ_LIMIT:
-        out.append(
-            f'<line x1="{px(READ_LIMIT):.1f}" y1="{py(0)}" x2="{px(READ_LIMIT):.1f}" y2="{py(ymax)}" stroke="#888" '
-            f'stroke-dasharray="2 3"/><text x="{px(READ_LIMIT) + 3:.1f}" y="{py(0) - 4}" fill="#666">'
-            f"a pass reads {READ_LIMIT // 1000}k</text>"
         )
     for j, (label, colour, ys) in enumerate(lines):
         pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(xs, ys, strict=True) if not math.isnan(y))

@@ -84,8 +84,10 @@ class GroupPass:
             )
         return out
 
-    async def run(self, group: GroupObject, spec: RunnerGroupSpec, queued: list[QueuedJob], state: GroupState) -> Plan:
-        """Plan one group and apply the plan."""
+    async def run(
+        self, group: GroupObject, spec: RunnerGroupSpec, queued: list[QueuedJob], state: GroupState, total: int = -1
+    ) -> Plan:
+        """Plan one group and apply the plan: `queued` are its oldest queued jobs, of `total` (-1: all)."""
         jobs = self.jobs_of(group)
         ready = await self.seating.prepare(group, jobs, state)
         activity = await self.coordination.activity(
@@ -93,11 +95,13 @@ class GroupPass:
         )
         # The queue was read for every group before this pass; a job a runner took since then is busy
         # in `activity` and must not count as waiting too (it would start a runner nobody needs).
-        queued = [q for q in queued if q.job_id in activity.queued]
+        still = [q for q in queued if q.job_id in activity.queued]
+        total = (len(queued) if total < 0 else total) - (len(queued) - len(still))
         runners = self.runners(group, activity)
         now_ms = int(self.clock() * 1000)
         decided = plan(
-            queued=queued,
+            queued=still,
+            queued_total=total,
             runners=runners,
             spec=spec,
             now_ms=now_ms,

@@ -74,11 +74,19 @@ def assign(
     index = groups if isinstance(groups, GroupIndex) else index_groups(groups)
     out: dict[tuple[str, str], list[QueuedJob]] = {(g.namespace, g.name): [] for g in index.groups}
     for job in queued:
-        for g in (*index.by_repo.get(job.repo, ()), *index.by_owner.get(job.owner, ()), *index.everywhere):
-            if covers(g.spec, job) and all(lb in g.label_names for lb in job.labels):
-                out[(g.namespace, g.name)].append(job)
-                break
+        key = group_of(job, index)
+        if key is not None:
+            out[key].append(job)
     return out
+
+
+def group_of(job: QueuedJob, index: GroupIndex) -> tuple[str, str] | None:
+    """The group `assign` gives one job to, or None. It reads only what a job id never changes (its
+    repository and labels), so it may be remembered for as long as `index` is current."""
+    for g in (*index.by_repo.get(job.repo, ()), *index.by_owner.get(job.owner, ()), *index.everywhere):
+        if covers(g.spec, job) and all(lb in g.label_names for lb in job.labels):
+            return (g.namespace, g.name)
+    return None
 
 
 class CachedIndex:

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from reconciler.apply import GroupPass
-from reconciler.assign import CachedIndex, assign
+from reconciler.assign import CachedIndex
+from reconciler.demand import NONE, Demand
 from reconciler.errors import kind_of
 from reconciler.gitea_runners import RunnerRows
 from reconciler.giteaapi import GiteaClient
@@ -33,7 +34,7 @@ from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.tasks import run_together
 from webhook_scaler.coordination import Coordination
-from webhook_scaler.jobs import ALL, QueuedJob
+from webhook_scaler.jobs import QueuedJob
 from webhook_scaler.queue import JobStore
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ class Controller:
         self._specs: dict[str, tuple[int, RunnerGroupSpec | None, str]] = {}
         self._group_of_runner: dict[str, tuple[str, str]] = {}  # runner Job name -> (namespace, group)
         self.groups_index = CachedIndex()
+        self.demand = Demand(store)
         self._background: set[asyncio.Task[None]] = set()
 
     def _scheduler(self) -> Scheduler:
@@ -219,15 +221,16 @@ class Controller:
         self._group_of_runner = group_of_runner
 
     async def reconcile_all(self) -> None:
-        """Read demand once, give each queued job to one group, and start each group's pass."""
+        """Read demand once (`demand`: each queued job goes to one group), and start each group's pass."""
         self.rounds += 1
         started = time.perf_counter()
         views = self.views()
         self.index()
         valid = [(g.namespace, g.name, spec) for g, spec, _ in views if spec is not None]
-        assignment = assign(await self.store.queued(ALL), self.groups_index.of(valid))
+        demand = await self.demand.read(self.groups_index.of(valid))
         for group, spec, problem in views:
-            self.scheduler.start(group, spec, problem, assignment.get((group.namespace, group.name), []))
+            queued = demand.get((group.namespace, group.name), NONE)
+            self.scheduler.start(group, spec, problem, queued.jobs, total=queued.total)
         await self._observe()
         self._forget({(g.namespace, g.name) for g, _, _ in views})
         self.metrics.pass_seconds.observe(time.perf_counter() - started)

@@ -19,7 +19,7 @@ it survives restarts; a runner that takes a job ends it. Must not do I/O, sleep,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from reconciler.phases import ACTIVE, Phase, Runner
 from reconciler.spec import RunnerGroupSpec
@@ -108,13 +108,14 @@ def plan(
     idle_grace_ms: int = 60_000,
     backoff_ms: tuple[int, int] = (10_000, 300_000),
     finish_grace_ms: int = 30_000,
+    queued_total: int = -1,
 ) -> Plan:
     """Decide one pass for one group.
 
-    `queued`: the queued jobs assigned to this group; `runners`: its runner Jobs; `in_flight`: names of
-    runners created (by any replica) that the caller's cache does not show yet; `backoff_ms`: the
-    first and the longest wait after failed runners; `finish_grace_ms`: how long a runner may keep
-    running after its job is over.
+    `queued`: the queued jobs assigned to this group (its oldest, if it has `queued_total` in all; -1:
+    these are all); `runners`: its runner Jobs; `in_flight`: names of runners created (by any
+    replica) that the caller's cache does not show yet; `backoff_ms`: the first and the longest wait
+    after failed runners; `finish_grace_ms`: how long a runner may keep running after its job is over.
     """
     streak = backoff(runners, initial_ms=backoff_ms[0], max_ms=backoff_ms[1])
     held = streak is not None and now_ms < streak.retry_at_ms
@@ -124,6 +125,8 @@ def plan(
     create, delete, counts = _sized(
         queued, runners, expired, spec=spec, held=held, in_flight=in_flight, now_ms=now_ms, idle_grace_ms=idle_grace_ms
     )
+    if queued_total >= 0:
+        counts = replace(counts, queued=queued_total)
     limits = {Phase.IDLE: idle_grace_ms, Phase.PENDING: pending_limit, Phase.FINISHING: finish_grace_ms}
     return Plan(
         create=tuple(create),

@@ -64,8 +64,11 @@ class Scheduler:
         """What is remembered of a group."""
         return self.state.setdefault((group.namespace, group.name), GroupState())
 
-    def start(self, group: GroupObject, spec: RunnerGroupSpec | None, problem: str, queued: list[QueuedJob]) -> None:
-        """Start the group's pass now, unless one runs (it runs again after), or it waits or is quiet."""
+    def start(
+        self, group: GroupObject, spec: RunnerGroupSpec | None, problem: str, queued: list[QueuedJob], total: int = -1
+    ) -> None:
+        """Start the group's pass now, unless one runs (it runs again after), or it waits or is quiet.
+        `queued`: the group's oldest queued jobs (`demand.window`), of `total` (-1: all are there)."""
         state = self.state_of(group)
         if state.task is not None and not state.task.done():
             state.again = True
@@ -76,11 +79,11 @@ class Scheduler:
             state.stopped = None
         if state.retry_at > time.monotonic() or self._quiet(group, spec, queued, state):
             return
-        inputs = self._inputs(group, queued, state)
+        inputs = (*self._inputs(group, queued, state), total)
         if not state.due and state.done_as is not None and _same(state.done_as, inputs):
             return  # nothing the last pass started from has changed: it would decide the same
         state.due = False
-        state.task = asyncio.create_task(self._run(group, spec, problem, queued, state, inputs))
+        state.task = asyncio.create_task(self._run(group, spec, (problem, total), queued, state, inputs))
 
     def due(self, changes: list[tuple[int, str, str]], group_of_runner: Mapping[str, tuple[str, str]]) -> None:
         """Runners took or finished jobs (the stream's `changes`): their groups' next passes may not
@@ -143,11 +146,12 @@ class Scheduler:
         self,
         group: GroupObject,
         spec: RunnerGroupSpec | None,
-        problem: str,
+        problem_total: tuple[str, int],
         queued: list[QueuedJob],
         state: GroupState,
         inputs: tuple[object, ...],
     ) -> None:
+        problem, total = problem_total
         holder = f"{self.settings.replica_id}/{uuid.uuid4().hex[:8]}"
         started = time.perf_counter()
         state.done_as = None
@@ -156,7 +160,7 @@ class Scheduler:
                 await self._invalid(group, problem, state)
             elif await self.coordination.lock(group.uid, holder=holder, ttl_ms=int(self.settings.lease_ttl * 1000)):
                 try:
-                    await self.group_pass.run(group, spec, queued, state)
+                    await self.group_pass.run(group, spec, queued, state, total=total)
                     state.done_as = inputs
                 finally:
                     await self.coordination.unlock(group.uid, holder=holder)
@@ -207,8 +211,8 @@ class Scheduler:
 
 
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
-    """Whether two pass inputs are the same objects, one by one."""
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    """Whether two pass inputs are the same objects, one by one (counts: the same numbers)."""
+    return len(a) == len(b) and all(x is y or (type(x) is int and x == y) for x, y in zip(a, b, strict=True))
 
 
 def _version(group: GroupObject) -> tuple[int, str]:

@@ -58,8 +58,8 @@ class Ttls:
 _QUEUED_FIELDS = ("state", "labels", "owner", "repo", "name", "run_id", "attempt", "queued_ms", "listed_ms", "missed")
 
 
-def _queued_job(job_id: str, row: Sequence[bytes | None]) -> QueuedJob:
-    """A queued job from its `_QUEUED_FIELDS` and its claim's holder, as the QUEUED script reads them."""
+def queued_job(job_id: bytes | str, row: Sequence[bytes | None]) -> QueuedJob:
+    """A queued job from its row (`JobStore.job_rows`: its `_QUEUED_FIELDS` and its claim's holder)."""
     f = [None if v is None else text(v) for v in row]
     return QueuedJob(
         job_id=int(job_id),
@@ -88,7 +88,7 @@ class JobStore:
         self._drop = redis.register_script(DROP)
         self._listed = redis.register_script(LISTED)
         self._queued = redis.register_script(QUEUED)
-        self._parsed: dict[Scope, dict[str, tuple[list[bytes | None], QueuedJob]]] = {}  # by scope, by job
+        self._parsed: dict[Scope, dict[bytes, tuple[list[bytes | None], QueuedJob]]] = {}  # by scope, by job
 
     async def now_ms(self) -> int:
         """Redis' clock, the one every record is ordered by, in milliseconds."""
@@ -202,23 +202,37 @@ class JobStore:
         """The queued jobs of one scope, oldest first, with who claimed each; cost ~ jobs returned.
 
         Two round trips whatever the count: the index, then one script reads every job on it."""
-        ids = [text(m) for m in cast("list[bytes]", await self.redis.zrange(self.keys.index(scope), 0, limit - 1))]
-        if not ids:
-            return []
-        keys = [k for job_id in ids for k in (self.keys.job(job_id), self.keys.claim(job_id))]
-        rows = cast("list[list[bytes | None] | None]", await self._queued(keys=keys, args=list(_QUEUED_FIELDS)))
+        ids = await self.queued_ids(scope, limit=limit)
+        rows = await self.job_rows(ids)
         # The same jobs come back round after round mostly unchanged: parse a row only when it changed.
         parsed, out = self._parsed.get(scope, {}), []
-        fresh: dict[str, tuple[list[bytes | None], QueuedJob]] = {}
+        fresh: dict[bytes, tuple[list[bytes | None], QueuedJob]] = {}
         for job_id, row in zip(ids, rows, strict=True):
             if not row:
                 continue
             seen = parsed.get(job_id)
-            job = seen[1] if seen is not None and seen[0] == row else _queued_job(job_id, row)
+            job = seen[1] if seen is not None and seen[0] == row else queued_job(job_id, row)
             fresh[job_id] = (row, job)
             out.append(job)
         self._parsed[scope] = fresh
         return out
+
+    async def queued_ids(self, scope: Scope = ALL, *, limit: int = 0) -> list[bytes]:
+        """The ids of a scope's queued jobs, oldest first: all of them, or the oldest `limit`."""
+        return cast("list[bytes]", await self.redis.zrange(self.keys.index(scope), 0, limit - 1))
+
+    async def job_rows(self, ids: Sequence[bytes], *, chunk: int = 5_000) -> list[list[bytes | None] | None]:
+        """Each job's row for `queued_job` (None for a job no longer queued), one script per `chunk` jobs
+        so that Redis never blocks long on one."""
+        rows: list[list[bytes | None] | None] = []
+        for at in range(0, len(ids), chunk):
+            keys = [
+                k
+                for job_id in ids[at : at + chunk]
+                for k in (self.keys.job(text(job_id)), self.keys.claim(text(job_id)))
+            ]
+            rows += cast("list[list[bytes | None] | None]", await self._queued(keys=keys, args=list(_QUEUED_FIELDS)))
+        return rows
 
     async def wait(self, last_id: str, *, block_ms: int) -> tuple[str, list[tuple[int, str, str]]]:
         """Block until the stream has entries after `last_id`; return the newest id and the changes:

@@ -591,9 +591,9 @@ async def test_a_group_passes_again_only_when_what_it_decides_from_changed(
         ran: list[str] = []
         original = controller.group_pass.run
 
-        async def counted(group: Any, *args: Any) -> Any:
+        async def counted(group: Any, *args: Any, **kw: Any) -> Any:
             ran.append(group.name)
-            return await original(group, *args)
+            return await original(group, *args, **kw)
 
         controller.group_pass.run = counted  # type: ignore[method-assign,assignment]
         for job_id in range(41, 46):  # jobs of a repository no group serves: each wakes the controller

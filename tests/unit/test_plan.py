@@ -188,6 +188,12 @@ def test_a_rerun_runner_is_for_the_next_attempt() -> None:
     assert [c.attempt for c in plan(queued=[rerun], runners=[], spec=spec(), now_ms=NOW).create] == [3]
 
 
+def test_a_group_shown_its_oldest_jobs_counts_all_and_starts_runners_for_the_oldest() -> None:
+    decided = plan(queued=[job(1), job(2)], runners=[], spec=spec(maxActiveRunners=1), now_ms=NOW, queued_total=40)
+    assert (decided.counts.queued, [c.job_id for c in decided.create]) == (40, [1])
+    assert plan(queued=[job(1), job(2)], runners=[], spec=spec(), now_ms=NOW).counts.queued == 2
+
+
 def test_a_job_claimed_by_a_runner_this_group_lacks_gets_no_runner_and_no_warm_one() -> None:
     """The job moved to this group from another, whose runner holds the claim (or the cache is behind):
     it is served there; starting a warm runner in its place would leave one runner too many."""

@@ -1,0 +1,109 @@
+"""Which queued jobs each group sees in a round, however many are queued.
+
+A round reads the ids of every queued job (one ZRANGE, oldest first). It reads a job's row only if the
+job is new to it, or is among the oldest of its group: the group's window, enough for one pass to
+start every runner the group may have (`window`). Which group a job goes to (`assign.group_of`)
+depends only on what a job id never changes, so it is worked out once per job while the groups stay
+the same. So a job queued behind any number of others that no group can run now (labels no group
+serves, groups at `maxActiveRunners`) is still seen at once by its own group, and a round costs one
+id per queued job plus the rows of the windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from reconciler.assign import GroupIndex, group_of
+from reconciler.spec import RunnerGroupSpec
+from webhook_scaler.jobs import QueuedJob
+from webhook_scaler.queue import JobStore, queued_job
+
+Key = tuple[str, str]
+_UNSEEN = ("", "")  # not a group: namespaces and names are never empty
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDemand:
+    """One group's queued jobs in a round: the oldest (`window`), read this round, and how many in all."""
+
+    jobs: list[QueuedJob]
+    total: int
+
+
+NONE = GroupDemand([], 0)
+
+
+def window(spec: RunnerGroupSpec) -> int:
+    """How many of a group's oldest queued jobs a pass reads: twice what may run (the jobs of its
+    active runners, and as many waiting for the runners it may add), and some for jobs served
+    elsewhere."""
+    return 2 * spec.max_active_runners + 10
+
+
+class Demand:
+    """Reads the queued jobs round after round, remembering what a job id never changes."""
+
+    def __init__(self, store: JobStore) -> None:
+        self.store = store
+        self._known: dict[bytes, tuple[list[bytes | None], QueuedJob]] = {}  # by id: its last row, parsed
+        self._index: GroupIndex | None = None
+        self._group: dict[bytes, Key | None] = {}  # by id: its group under `_index`
+
+    async def read(self, index: GroupIndex) -> dict[Key, GroupDemand]:
+        """Every group's queued jobs now (see `GroupDemand`); a group with none has no entry."""
+        ids = await self.store.queued_ids()
+        fresh = await self._read([i for i in ids if i not in self._known])
+        if index is not self._index:
+            self._index, self._group = index, {}
+        sizes = {(g.namespace, g.name): window(g.spec) for g in index.groups}
+        picked: dict[Key, list[bytes]] = {}
+        totals: dict[Key, int] = {}
+        for job_id in ids:
+            key = self._group_of(job_id, index)
+            if key is None:
+                continue
+            totals[key] = totals.get(key, 0) + 1
+            oldest = picked.setdefault(key, [])
+            if len(oldest) < sizes[key]:
+                oldest.append(job_id)
+        await self._read([i for oldest in picked.values() for i in oldest if i not in fresh])
+        self._prune(ids)
+        known = self._known
+        return {k: GroupDemand([known[i][1] for i in v if i in known], totals[k]) for k, v in picked.items()}
+
+    def _group_of(self, job_id: bytes, index: GroupIndex) -> Key | None:
+        key = self._group.get(job_id, _UNSEEN)
+        if key == _UNSEEN:
+            seen = self._known.get(job_id)
+            if seen is None:
+                return None  # it left the queue while the round read it
+            key = self._group[job_id] = group_of(seen[1], index)
+        return key
+
+    async def _read(self, ids: Sequence[bytes]) -> set[bytes]:
+        """Read `ids`' rows; parse only rows that changed; forget jobs no longer queued."""
+        if not ids:
+            return set()
+        for job_id, row in zip(ids, await self.store.job_rows(ids), strict=True):
+            seen = self._known.get(job_id)
+            if not row:
+                self._known.pop(job_id, None)
+                self._group.pop(job_id, None)
+            elif seen is None or seen[0] != row:
+                job = queued_job(job_id, row)
+                if seen is not None and (seen[1].owner, seen[1].repo, seen[1].labels) != (
+                    job.owner,
+                    job.repo,
+                    job.labels,
+                ):
+                    self._group.pop(job_id, None)  # renamed or moved: assign it again
+                self._known[job_id] = (row, job)
+        return set(ids)
+
+    def _prune(self, ids: list[bytes]) -> None:
+        """Forget jobs that left the queue, once they are as many as those in it (amortized O(1))."""
+        if len(self._known) > 2 * len(ids) + 1000:
+            queued = set(ids)
+            self._known = {i: v for i, v in self._known.items() if i in queued}
+            self._group = {i: v for i, v in self._group.items() if i in queued}

@@ -1,0 +1,85 @@
+"""demand.py on a real redis-server (and fakeredis): every group sees its own oldest queued jobs, however
+many jobs are queued before them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from reconciler.assign import GroupIndex, GroupView, index_groups
+from reconciler.demand import Demand, window
+from reconciler.labels import effective_labels, names
+from tests.groups import spec
+from tests.jobs import model
+from tests.redis_server import RedisServer
+from webhook_scaler.coordination import Coordination
+from webhook_scaler.jobs import JobUpdate
+from webhook_scaler.queue import JobStore
+
+
+def group(name: str, **kw: Any) -> GroupView:
+    s = spec(**{"scope": "repo", "repo": f"acme/{name}", "labels": ["k8s"]} | kw)
+    return GroupView("ci", name, s, names(effective_labels(s.labels, s.default_labels)))
+
+
+async def queue(store: JobStore, ids: range, *, repo: str, labels: list[str] | None = None, at_once: int = 1) -> None:
+    """Record `ids` queued, `at_once` at a time (jobs recorded together may share a millisecond: the
+    index then orders them by id as text)."""
+    for at in range(ids.start, ids.stop, at_once):
+        chunk = range(at, min(at + at_once, ids.stop))
+        updates = [
+            JobUpdate.from_payload(model("queued", job_id=i, repo=repo, labels=labels or ["k8s"])) for i in chunk
+        ]
+        await asyncio.gather(*(store.record(u) for u in updates))
+
+
+def ids(demand: Any) -> list[int]:
+    return [j.job_id for j in demand.jobs]
+
+
+async def test_a_job_queued_behind_ten_thousand_that_no_group_runs_now_is_seen_at_once(
+    redis_server: RedisServer,
+) -> None:
+    # 10,100 older jobs: labels no group serves, and a group held at maxActiveRunners 1 with 100 queued.
+    # Reading the oldest 10,000 of all (as rounds did) never reached the job of group "b".
+    redis = Redis.from_url(redis_server.url)
+    await redis.flushall()
+    store = JobStore(redis)
+    await queue(store, range(1, 10_001), repo="acme/a", labels=["gpu-nobody-has"], at_once=500)
+    await queue(store, range(10_001, 10_101), repo="acme/a", at_once=500)  # ids of 5 digits
+    await queue(store, range(20_000, 20_001), repo="acme/b")
+    index = index_groups([group("a", maxActiveRunners=1), group("b")])
+    demand = await Demand(store).read(index)
+    assert ids(demand[("ci", "b")]) == [20_000]
+    assert demand[("ci", "b")].total == 1
+    assert ids(demand[("ci", "a")]) == list(range(10_001, 10_001 + window(index.groups[0].spec)))
+    assert demand[("ci", "a")].total == 100
+    await redis.aclose()
+
+
+async def test_each_round_sees_claims_and_departures_and_keeps_unchanged_jobs(redis: Redis) -> None:
+    store = JobStore(redis)
+    await queue(store, range(1, 31), repo="acme/a")
+    index: GroupIndex = index_groups([group("a", maxActiveRunners=2), group("idle")])
+    reader = Demand(store)
+    first = (await reader.read(index))[("ci", "a")]
+    assert (ids(first), first.total) == (list(range(1, 15)), 30)  # a window of 2 x 2 + 10
+    assert ("ci", "idle") not in await reader.read(index)
+    assert await Coordination(redis).claim(1, holder="a-1-1", ttl_ms=60_000)
+    await store.record(JobUpdate.from_payload(model("in_progress", job_id=2, repo="acme/a")))
+    second = (await reader.read(index))[("ci", "a")]
+    assert (ids(second), second.total) == ([1, *range(3, 16)], 29)
+    assert second.jobs[0].claimed_by == "a-1-1"
+    assert second.jobs[1] is first.jobs[2]  # unchanged: the same object, so an unchanged group skips its pass
+    moved = index_groups([group("a", maxActiveRunners=2, labels=["other"]), group("z")])
+    assert await reader.read(moved) == {}  # the groups changed: every job is assigned again
+
+
+@pytest.mark.parametrize("queued", [0, 3])
+async def test_a_group_without_matching_jobs_has_no_entry(redis: Redis, queued: int) -> None:
+    store = JobStore(redis)
+    await queue(store, range(1, 1 + queued), repo="acme/elsewhere")
+    assert await Demand(store).read(index_groups([group("a")])) == {}
