@@ -77,8 +77,8 @@ def _requests_file(path: Path, url: str, job_ids: Iterable[int]) -> Path:
     return path
 
 
-async def _sender(path: Path, url: str, concurrency: int) -> dict[str, float]:
-    """Run `bench.sender` as a process of its own over the requests in `path`."""
+async def _sender(path: Path, url: str, concurrency: int, rate: float = 0) -> dict[str, Any]:
+    """Run `bench.sender` as a process of its own over the requests in `path` (see there)."""
     host, port = url.split("/")[2].split(":")
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -88,13 +88,14 @@ async def _sender(path: Path, url: str, concurrency: int) -> dict[str, float]:
         host,
         port,
         str(concurrency),
+        str(rate),
         stdout=asyncio.subprocess.PIPE,
         cwd=_ROOT,
     )
     out, _ = await proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError(f"bench.sender exited {proc.returncode}")
-    result: dict[str, float] = json.loads(out)
+    result: dict[str, Any] = json.loads(out)
     return result
 
 
@@ -171,18 +172,12 @@ async def ingest(stack: Stack, *, seconds: float, concurrency: int, paced_rate: 
     proc, url = stack.receiver()
     d = Deliveries()
     next_id = iter(range(1, 10**9))
-    latencies: list[float] = []
+    # latency at a fixed rate, from the light sender (the bench's aiohttp client would cost about what
+    # the receiver does, and its own queueing would be counted as the receiver's)
+    await _sender(_requests_file(stack.dir / "paced-warm.bin", url, range(8 * 10**8, 8 * 10**8 + 200)), url, 32)
+    paced = _requests_file(stack.dir / "paced.bin", url, range(9 * 10**8, 9 * 10**8 + int(paced_rate * seconds)))
+    latencies: list[float] = (await _sender(paced, url, concurrency, rate=paced_rate))["latencies"]
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
-
-        async def one(_: int) -> None:
-            raw, headers = d.make(next(next_id))
-            sent = time.perf_counter()
-            await _post(session, url, raw, headers)
-            latencies.append(time.perf_counter() - sent)
-
-        await _paced(200, paced_rate, one)  # warm up
-        latencies.clear()
-        await _paced(int(paced_rate * seconds), paced_rate, one)
 
         async def worker(until: float, counter: list[int]) -> None:
             while time.perf_counter() < until:

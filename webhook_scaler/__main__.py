@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import uvloop
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
@@ -50,6 +51,7 @@ def main() -> None:
         shutdown_timeout=settings.shutdown_timeout,
         access_log=None,
         print=None,
+        loop=uvloop.new_event_loop(),  # asyncio's loop with its transports in C: see README, Intake
     )
 
 
