@@ -2,8 +2,8 @@
 
 Sends the raw HTTP requests in FILE (NUL-separated, pre-built and pre-signed by the bench) over
 CONCURRENCY keep-alive connections, each one request after another (as fast as they go, or RATE per
-second in all, open loop), and prints one JSON line: the seconds from the first connect to the last
-answer, how many answers were 2xx, and each request's latency. Plain asyncio
+second in all, open loop), and prints one JSON line: the seconds from the first connect (and its
+`time.time()`) to the last answer, how many answers were 2xx, and each request's latency. Plain asyncio
 streams and no HTTP library: a few µs of CPU per request, on a core of its own, so the receiver is
 measured rather than the load generator (the bench's aiohttp client costs about what the receiver does).
 """
@@ -57,7 +57,7 @@ async def send(requests: list[bytes], host: str, port: int, concurrency: int, ra
     loop); seconds taken, 2xx count and each request's latency (seconds, in the order answered)."""
     statuses: list[int] = []
     latencies: list[float] = []
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
     connections = await asyncio.gather(*(asyncio.open_connection(host, port) for _ in range(concurrency)))
     # one iterator: each request goes out once, on whichever connection is free
     first = time.perf_counter()
@@ -65,7 +65,7 @@ async def send(requests: list[bytes], host: str, port: int, concurrency: int, ra
     await asyncio.gather(*(_worker(c, shared, statuses, latencies) for c in connections))
     seconds = time.perf_counter() - started
     ok = sum(1 for s in statuses if 200 <= s < 300)
-    return {"seconds": seconds, "ok": ok, "answered": len(statuses), "latencies": latencies}
+    return {"seconds": seconds, "started_at": started_at, "ok": ok, "answered": len(statuses), "latencies": latencies}
 
 
 def main(argv: list[str]) -> int:
