@@ -595,7 +595,7 @@ async def test_a_group_passes_again_only_when_what_it_decides_from_changed(
             ran.append(group.name)
             return await original(group, *args, **kw)
 
-        controller.group_pass.run = counted  # type: ignore[method-assign,assignment]
+        controller.group_pass.run = counted  # type: ignore[method-assign]
         for job_id in range(41, 46):  # jobs of a repository no group serves: each wakes the controller
             rounds = controller.rounds
             await queue(redis, job_id, labels=[], repo="other/unserved")
