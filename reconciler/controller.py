@@ -229,8 +229,7 @@ class Controller:
         valid = [(g.namespace, g.name, spec) for g, spec, _ in views if spec is not None]
         demand = await self.demand.read(self.groups_index.of(valid))
         for group, spec, problem in views:
-            queued = demand.get((group.namespace, group.name), NONE)
-            self.scheduler.start(group, spec, problem, queued.jobs, total=queued.total)
+            self.scheduler.start(group, spec, problem, demand.get((group.namespace, group.name), NONE))
         await self._observe()
         self._forget({(g.namespace, g.name) for g, _, _ in views})
         self.metrics.pass_seconds.observe(time.perf_counter() - started)

@@ -20,7 +20,6 @@ from webhook_scaler.jobs import QueuedJob
 from webhook_scaler.queue import JobStore, queued_job
 
 Key = tuple[str, str]
-_UNSEEN = ("", "")  # not a group: namespaces and names are never empty
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +72,12 @@ class Demand:
         return {k: GroupDemand([known[i][1] for i in v if i in known], totals[k]) for k, v in picked.items()}
 
     def _group_of(self, job_id: bytes, index: GroupIndex) -> Key | None:
-        key = self._group.get(job_id, _UNSEEN)
-        if key == _UNSEEN:
-            seen = self._known.get(job_id)
-            if seen is None:
-                return None  # it left the queue while the round read it
-            key = self._group[job_id] = group_of(seen[1], index)
+        if job_id in self._group:
+            return self._group[job_id]
+        seen = self._known.get(job_id)
+        if seen is None:
+            return None  # it left the queue while the round read it
+        key = self._group[job_id] = group_of(seen[1], index)
         return key
 
     async def _read(self, ids: Sequence[bytes]) -> set[bytes]:

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from reconciler.apply import GroupPass
+from reconciler.demand import GroupDemand
 from reconciler.errors import kind_of
 from reconciler.kube import Kube
 from reconciler.metrics import Metrics
@@ -64,11 +65,8 @@ class Scheduler:
         """What is remembered of a group."""
         return self.state.setdefault((group.namespace, group.name), GroupState())
 
-    def start(
-        self, group: GroupObject, spec: RunnerGroupSpec | None, problem: str, queued: list[QueuedJob], total: int = -1
-    ) -> None:
-        """Start the group's pass now, unless one runs (it runs again after), or it waits or is quiet.
-        `queued`: the group's oldest queued jobs (`demand.window`), of `total` (-1: all are there)."""
+    def start(self, group: GroupObject, spec: RunnerGroupSpec | None, problem: str, demand: GroupDemand) -> None:
+        """Start the group's pass now, unless one runs (it runs again after), or it waits or is quiet."""
         state = self.state_of(group)
         if state.task is not None and not state.task.done():
             state.again = True
@@ -77,13 +75,13 @@ class Scheduler:
             if state.stopped[0] == _version(group):
                 return  # a permanent error: nothing changes until the group does
             state.stopped = None
-        if state.retry_at > time.monotonic() or self._quiet(group, spec, queued, state):
+        if state.retry_at > time.monotonic() or self._quiet(group, spec, demand.jobs, state):
             return
-        inputs = (*self._inputs(group, queued, state), total)
+        inputs = (*self._inputs(group, demand.jobs, state), demand.total)
         if not state.due and state.done_as is not None and _same(state.done_as, inputs):
             return  # nothing the last pass started from has changed: it would decide the same
         state.due = False
-        state.task = asyncio.create_task(self._run(group, spec, (problem, total), queued, state, inputs))
+        state.task = asyncio.create_task(self._run(group, spec, problem, demand, state, inputs))
 
     def due(self, changes: list[tuple[int, str, str]], group_of_runner: Mapping[str, tuple[str, str]]) -> None:
         """Runners took or finished jobs (the stream's `changes`): their groups' next passes may not
@@ -146,12 +144,11 @@ class Scheduler:
         self,
         group: GroupObject,
         spec: RunnerGroupSpec | None,
-        problem_total: tuple[str, int],
-        queued: list[QueuedJob],
+        problem: str,
+        demand: GroupDemand,
         state: GroupState,
         inputs: tuple[object, ...],
     ) -> None:
-        problem, total = problem_total
         holder = f"{self.settings.replica_id}/{uuid.uuid4().hex[:8]}"
         started = time.perf_counter()
         state.done_as = None
@@ -160,7 +157,7 @@ class Scheduler:
                 await self._invalid(group, problem, state)
             elif await self.coordination.lock(group.uid, holder=holder, ttl_ms=int(self.settings.lease_ttl * 1000)):
                 try:
-                    await self.group_pass.run(group, spec, queued, state, total=total)
+                    await self.group_pass.run(group, spec, demand.jobs, state, total=demand.total)
                     state.done_as = inputs
                 finally:
                     await self.coordination.unlock(group.uid, holder=holder)

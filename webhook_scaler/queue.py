@@ -88,7 +88,6 @@ class JobStore:
         self._drop = redis.register_script(DROP)
         self._listed = redis.register_script(LISTED)
         self._queued = redis.register_script(QUEUED)
-        self._parsed: dict[Scope, dict[bytes, tuple[list[bytes | None], QueuedJob]]] = {}  # by scope, by job
 
     async def now_ms(self) -> int:
         """Redis' clock, the one every record is ordered by, in milliseconds."""
@@ -201,21 +200,10 @@ class JobStore:
     async def queued(self, scope: Scope = ALL, *, limit: int = 10_000) -> list[QueuedJob]:
         """The queued jobs of one scope, oldest first, with who claimed each; cost ~ jobs returned.
 
-        Two round trips whatever the count: the index, then one script reads every job on it."""
+        Two round trips up to 5,000 jobs: the index, then one script reads every job on it. (The
+        reconciler reads round after round through `reconciler.demand`, which parses only what changed.)"""
         ids = await self.queued_ids(scope, limit=limit)
-        rows = await self.job_rows(ids)
-        # The same jobs come back round after round mostly unchanged: parse a row only when it changed.
-        parsed, out = self._parsed.get(scope, {}), []
-        fresh: dict[bytes, tuple[list[bytes | None], QueuedJob]] = {}
-        for job_id, row in zip(ids, rows, strict=True):
-            if not row:
-                continue
-            seen = parsed.get(job_id)
-            job = seen[1] if seen is not None and seen[0] == row else queued_job(job_id, row)
-            fresh[job_id] = (row, job)
-            out.append(job)
-        self._parsed[scope] = fresh
-        return out
+        return [queued_job(job_id, row) for job_id, row in zip(ids, await self.job_rows(ids), strict=True) if row]
 
     async def queued_ids(self, scope: Scope = ALL, *, limit: int = 0) -> list[bytes]:
         """The ids of a scope's queued jobs, oldest first: all of them, or the oldest `limit`."""
