@@ -21,6 +21,7 @@ from reconciler.metrics import Metrics
 from reconciler.objects import GroupObject, JobObject, PodObject
 from reconciler.phases import Phase, Runner, classify
 from reconciler.plan import Create, Plan, plan
+from reconciler.reports import MAX_DELAY, Reports
 from reconciler.seating import Ready, Seating
 from reconciler.settings import Settings
 from reconciler.spec import RunnerGroupSpec
@@ -31,6 +32,7 @@ from webhook_scaler.jobs import QueuedJob
 
 log = logging.getLogger(__name__)
 STATUS_INTERVAL = 1.0  # seconds between status writes that only change counts
+STATUS_RETRY = 0.25  # seconds until a count-only status write put off behind creates is tried again
 FAILED_MARK_MS = 24 * 3600 * 1000  # a failed runner is reported once; its Job is gone long before
 
 
@@ -46,9 +48,11 @@ class GroupPass:
         rows: RunnerRows,
         metrics: Metrics,
         wake: Callable[[GroupState, int], None],
+        reports: Reports,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
+        self.reports = reports
         self.kube = kube
         self.coordination = coordination
         self.rows = rows
@@ -85,31 +89,29 @@ class GroupPass:
         return out
 
     async def run(
-        self, group: GroupObject, spec: RunnerGroupSpec, queued: list[QueuedJob], state: GroupState, total: int = -1
-    ) -> Plan:
-        """Plan one group and apply the plan: `queued` are its oldest queued jobs, of `total` (-1: all)."""
+        self,
+        group: GroupObject,
+        spec: RunnerGroupSpec,
+        queued: list[QueuedJob],
+        state: GroupState,
+        total: int = -1,
+        lease: tuple[str, int] | None = None,
+    ) -> Plan | None:
+        """Plan one group and apply the plan: `queued` are its oldest queued jobs, of `total` (-1: all).
+        With a `lease` (holder, ttl ms), None if another replica has the group's lease."""
         jobs = self.jobs_of(group)
-        ready = await self.seating.prepare(group, jobs, state)
-        activity = await self.coordination.activity(
-            [j.name for j in jobs if not j.finished], jobs=[q.job_id for q in queued]
-        )
+        active, ids = [j.name for j in jobs if not j.finished], [q.job_id for q in queued]
+        prepared = await self.seating.prepare(group, jobs, state, lease=lease, runners=active, queued=ids)
+        if prepared is None:
+            return None
+        ready, activity = prepared
         # The queue was read for every group before this pass; a job a runner took since then is busy
         # in `activity` and must not count as waiting too (it would start a runner nobody needs).
         still = [q for q in queued if q.job_id in activity.queued]
         total = (len(queued) if total < 0 else total) - (len(queued) - len(still))
         runners = self.runners(group, activity)
         now_ms = int(self.clock() * 1000)
-        decided = plan(
-            queued=still,
-            queued_total=total,
-            runners=runners,
-            spec=spec,
-            now_ms=now_ms,
-            in_flight=ready.in_flight,
-            idle_grace_ms=int(self.settings.idle_grace * 1000),
-            backoff_ms=(int(self.settings.runner_backoff_initial * 1000), int(self.settings.runner_backoff_max * 1000)),
-            finish_grace_ms=int(self.settings.finish_grace * 1000),
-        )
+        decided = self._plan(spec, still, total, runners, ready.in_flight, now_ms)
         if decided.wake_at_ms is not None:
             self.wake_at(state, decided.wake_at_ms)
         label = f"{group.namespace}/{group.name}"
@@ -121,6 +123,27 @@ class GroupPass:
         self._gauges(label, spec, decided, runners, created)
         await self.write_status(group, self._status(group, spec, decided, state), state)
         return decided
+
+    def _plan(
+        self,
+        spec: RunnerGroupSpec,
+        queued: list[QueuedJob],
+        total: int,
+        runners: list[Runner],
+        in_flight: frozenset[str],
+        now_ms: int,
+    ) -> Plan:
+        return plan(
+            queued=queued,
+            queued_total=total,
+            runners=runners,
+            spec=spec,
+            now_ms=now_ms,
+            in_flight=in_flight,
+            idle_grace_ms=int(self.settings.idle_grace * 1000),
+            backoff_ms=(int(self.settings.runner_backoff_initial * 1000), int(self.settings.runner_backoff_max * 1000)),
+            finish_grace_ms=int(self.settings.finish_grace * 1000),
+        )
 
     def _gauges(self, label: str, spec: RunnerGroupSpec, decided: Plan, runners: list[Runner], created: int) -> None:
         self.metrics.queued_jobs.labels(group=label).set(decided.counts.queued)
@@ -145,15 +168,16 @@ class GroupPass:
         )
 
     async def write_status(self, group: GroupObject, status: dict[str, Any], state: GroupState) -> None:
-        """Write a changed status; while only the counts change, at most once per STATUS_INTERVAL, so a
-        burst of runners does not turn into a burst of status writes (a wake-up writes the last one)."""
+        """Write a changed status; while only the counts change, at most once per STATUS_INTERVAL, and not
+        while creates are in flight (up to MAX_DELAY), so a burst of runners does not turn into a burst
+        of status writes ahead of its creates (a wake-up writes the last one)."""
         previous = pass_fields(group.status)
         if status == previous:
             return
         since = time.monotonic() - state.status_written
         counts_only = all(status.get(k) == previous.get(k) for k in ("conditions", "observedGeneration", "target"))
-        if counts_only and since < STATUS_INTERVAL:
-            self.wake_at(state, int((self.clock() + STATUS_INTERVAL - since) * 1000))
+        if counts_only and (since < STATUS_INTERVAL or (self.reports.creating and since < MAX_DELAY)):
+            self.wake_at(state, int((self.clock() + max(STATUS_INTERVAL - since, STATUS_RETRY)) * 1000))
             return
         await self.kube.patch_status(group.ref, status)
         state.status_written = time.monotonic()
@@ -182,9 +206,11 @@ class GroupPass:
             async with self.create_slots:
                 return await self.seating.create(group, spec, c, name, ready.epoch)
 
-        results = await asyncio.gather(
-            *(one(c, n) for c, n in zip(creates, names, strict=True)), return_exceptions=True
-        )
+        with self.reports.creates():
+            results = await asyncio.gather(
+                *(one(c, n) for c, n in zip(creates, names, strict=True)), return_exceptions=True
+            )
+        await self.seating.confirm(zip(creates, names, results, strict=True))
         made = [(c, n) for c, n, r in zip(creates, names, results, strict=True) if r == "created"]
         for c, name in made:
             self.metrics.runners_created.labels(group=label, reason="queued" if c.job_id else "warm").inc()
@@ -192,9 +218,7 @@ class GroupPass:
                 self.metrics.time_to_runner.observe(max(0.0, self.clock() - c.queued_ms / 1000))
             log.info("runner created", extra={"group": group.name, "job": name, "gitea_job_id": c.job_id})
         if made:
-            ids = ", ".join(str(c.job_id) if c.job_id is not None else "warm" for c, _ in made)
-            message = f"Created {len(made)} runner(s) for jobs: {ids}"
-            await self.kube.event(group.ref, kind="Normal", reason="RunnerCreated", message=message[:1000])
+            self.reports.created(group.ref, [str(c.job_id) if c.job_id is not None else "warm" for c, _ in made])
         for r in results:
             if isinstance(r, BaseException):
                 raise r

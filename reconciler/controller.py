@@ -28,6 +28,7 @@ from reconciler.metrics import Metrics
 from reconciler.objects import GroupObject, JobObject, PodObject
 from reconciler.plan import Plan
 from reconciler.poller import Poller
+from reconciler.reports import Reports
 from reconciler.scheduler import Scheduler, validate
 from reconciler.settings import Settings
 from reconciler.spec import RunnerGroupSpec
@@ -71,6 +72,7 @@ class Controller:
             rows=self.rows,
             metrics=metrics,
             wake=self._wake_at,
+            reports=Reports(kube, self._keep),
             clock=clock,
         )
         self.scheduler = self._scheduler()
@@ -272,8 +274,10 @@ class Controller:
     async def reconcile_group(
         self, group: GroupObject, spec: RunnerGroupSpec, queued: list[QueuedJob], state: GroupState
     ) -> Plan:
-        """One group's pass, now (for tests and tools; the loop goes through the scheduler)."""
-        return await self.group_pass.run(group, spec, queued, state)
+        """One group's pass, now, without a lease (for tests and tools; the loop goes through the scheduler)."""
+        decided = await self.group_pass.run(group, spec, queued, state)
+        assert decided is not None  # only a pass with a lease is ever refused
+        return decided
 
     async def poll_once(self) -> float | None:
         """One poll cycle (see `Poller.poll_once`)."""

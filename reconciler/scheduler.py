@@ -155,15 +155,17 @@ class Scheduler:
         try:
             if spec is None:
                 await self._invalid(group, problem, state)
-            elif await self.coordination.lock(group.uid, holder=holder, ttl_ms=int(self.settings.lease_ttl * 1000)):
+            else:
+                lease = (holder, int(self.settings.lease_ttl * 1000))
                 try:
-                    await self.group_pass.run(group, spec, demand.jobs, state, total=demand.total)
-                    state.done_as = inputs
+                    decided = await self.group_pass.run(group, spec, demand.jobs, state, demand.total, lease)
                 finally:
                     await self.coordination.unlock(group.uid, holder=holder)
-            else:
-                state.again = True  # another replica has it right now; look again shortly
-                await asyncio.sleep(0.05 + random.random() * 0.1)
+                if decided is not None:
+                    state.done_as = inputs
+                else:
+                    state.again = True  # another replica has it right now; look again shortly
+                    await asyncio.sleep(0.05 + random.random() * 0.1)
             state.backoff = 0.0
         except asyncio.CancelledError:
             raise

@@ -1,9 +1,10 @@
 """One group's seats during a pass: the cap on its runners, enforced in Redis (see `coordination`).
 
-Owns: seating the group's active runner Jobs once per seat epoch (after waiting out creates of an
+Owns: the start of a pass (its lease, seats and runner activity in one round trip while the epoch
+holds), seating the group's active runner Jobs once per seat epoch (after waiting out creates of an
 older epoch that may still land), freeing the seats of Jobs that ended, reclaiming the seats of Jobs
-that were never created, and the create path itself: claim the job, take a seat, check the seat
-right before sending the create, treat 409 as "already there".
+that were never created, and the create path itself: take the job's claim and a seat in one step,
+send the create at once, treat 409 as "already there", confirm the claims of a pass's runners.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from reconciler.kube import Kube, PermanentError
@@ -21,7 +22,14 @@ from reconciler.plan import Create
 from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.status import SEAT_EPOCH
-from webhook_scaler.coordination import CLAIM_PENDING_S, CREATE_DEADLINE_S, RECLAIM_AFTER_S, Coordination
+from webhook_scaler.coordination import (
+    CLAIM_PENDING_S,
+    CREATE_DEADLINE_S,
+    RECLAIM_AFTER_S,
+    Activity,
+    Coordination,
+    Seats,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +53,34 @@ class Seating:
         self.kube = kube
         self.claim_ttl_ms = claim_ttl_ms
 
-    async def prepare(self, group: GroupObject, jobs: Sequence[JobObject], state: GroupState) -> Ready:
-        """Bring the group's seats up to date with what the cache shows; see the module doc."""
+    async def prepare(
+        self,
+        group: GroupObject,
+        jobs: Sequence[JobObject],
+        state: GroupState,
+        *,
+        lease: tuple[str, int] | None,
+        runners: Sequence[str],
+        queued: Sequence[int],
+    ) -> tuple[Ready, Activity] | None:
+        """Take the pass's lease (holder, ttl ms; None: none), bring the group's seats up to date with
+        what the cache shows (see the module doc), and read Gitea's word on `runners` and which of the
+        `queued` job ids still are queued. None: another replica has the lease. One round trip while
+        this replica has seated the group in the current epoch; the long way (`_seat`) otherwise."""
+        ended = [j.name for j in jobs if j.finished and (state.seated is None or j.name in state.seated)]
+        begun = await self.coordination.begin(
+            group.uid, lease=lease, epoch=state.epoch, free=ended, runners=runners, jobs=queued
+        )
+        if not begun.leased:
+            return None
+        if begun.seats is None or begun.activity is None:
+            ready = await self._seat(group, jobs, state)
+            return ready, await self.coordination.activity(runners, jobs=queued)
+        return await self._settle(group, jobs, state, begun.seats, state.epoch), begun.activity
+
+    async def _seat(self, group: GroupObject, jobs: Sequence[JobObject], state: GroupState) -> Ready:
+        """The seats of a group this replica has not seated in the current epoch (first pass, or Redis
+        lost the seats): wait out creates of an older epoch, seat the active Jobs, record the epoch."""
         epoch = await self.coordination.epoch(new_id=uuid.uuid4().hex[:12])
         fresh = state.epoch != epoch.id  # this replica has not seated the group's Jobs in this epoch
         recorded = await self.kube.seat_epoch(group.ref) if fresh else epoch.id
@@ -60,6 +94,12 @@ class Seating:
         if recorded != epoch.id:
             await self.kube.patch_status(group.ref, {SEAT_EPOCH: epoch.id})
         state.epoch = epoch.id
+        return await self._settle(group, jobs, state, seats, epoch.id)
+
+    async def _settle(
+        self, group: GroupObject, jobs: Sequence[JobObject], state: GroupState, seats: Seats, epoch: str
+    ) -> Ready:
+        """Free the seats of Jobs that were never created (see the module doc), and remember the seats."""
         known = {j.name for j in jobs}
         cutoff = seats.now_ms - RECLAIM_AFTER_S * 1000
         old = [n for n, at in seats.held.items() if n not in known and at < cutoff]
@@ -68,7 +108,7 @@ class Seating:
             log.warning("seats of runner Jobs never created freed", extra={"group": group.name, "jobs": orphans})
             seats = await self.coordination.seats(group.uid, orphans=orphans)
         state.seated = set(seats.held)
-        return Ready(frozenset(n for n in seats.held if n not in known), epoch.id, now_ms=seats.now_ms)
+        return Ready(frozenset(n for n in seats.held if n not in known), epoch, now_ms=seats.now_ms)
 
     def name_for(self, group: GroupObject, c: Create, jobs: Sequence[JobObject]) -> str:
         """The runner Job's name: fixed by (job, attempt) and the runners for it before (see manifests)."""
@@ -82,40 +122,44 @@ class Seating:
 
     async def create(self, group: GroupObject, spec: RunnerGroupSpec, c: Create, name: str, epoch: str) -> str:
         """Start one runner: "created", "exists" (409: it is there already) or why not ("claimed", "full",
-        "epoch", "late")."""
+        "epoch", "late"). The claim of a runner that exists is the caller's to confirm (`confirm`)."""
         started = time.monotonic()
-        if c.job_id is not None:
-            if c.stale_claim:
-                await self.coordination.release(c.job_id, holder=c.stale_claim)
-            if not await self.coordination.claim(c.job_id, holder=name, ttl_ms=int(CLAIM_PENDING_S * 1000)):
-                return "claimed"  # another replica, or the job left the queue meanwhile
+        if c.job_id is not None and c.stale_claim:
+            await self.coordination.release(c.job_id, holder=c.stale_claim)
+        taken = await self.coordination.take(
+            group.uid,
+            name,
+            maximum=spec.max_active_runners,
+            epoch=epoch,
+            job_id=c.job_id,
+            claim_ttl_ms=int(CLAIM_PENDING_S * 1000),
+        )
+        if taken != "granted":
+            return taken  # nothing was taken
         try:
-            outcome = await self._seated_create(group, spec, c, name, epoch, started)
+            body = build_job(group.ref, spec, name=name, job_id=c.job_id, queued_ms=c.queued_ms)
+            late = time.monotonic() - started > CREATE_DEADLINE_S
+            outcome = "late" if late else "created" if await self.kube.create_job(body) else "exists"
         except PermanentError:
-            await self.coordination.seats(group.uid, free=[name])  # refused: no such Job exists
-            await self._unclaim(c, name)
+            await self._drop(group, c, name)  # refused: no such Job exists
             raise
         except BaseException:
             await self._unclaim(c, name)  # the seat stays: the create may have landed
             raise
-        if outcome not in ("created", "exists"):
-            await self._unclaim(c, name)
-        elif c.job_id is not None:
-            await self.coordination.confirm(c.job_id, holder=name, ttl_ms=self.claim_ttl_ms)
+        if outcome == "late":
+            await self._drop(group, c, name)
         return outcome
 
-    async def _seated_create(
-        self, group: GroupObject, spec: RunnerGroupSpec, c: Create, name: str, epoch: str, started: float
-    ) -> str:
-        granted = await self.coordination.reserve(group.uid, name, maximum=spec.max_active_runners, epoch=epoch)
-        if granted != 1:
-            return "full" if granted == 0 else "epoch"
-        body = build_job(group.ref, spec, name=name, job_id=c.job_id, queued_ms=c.queued_ms)
-        held = await self.coordination.holds(group.uid, name, epoch=epoch)
-        if not held or time.monotonic() - started > CREATE_DEADLINE_S:
-            await self.coordination.seats(group.uid, free=[name])
-            return "late"
-        return "created" if await self.kube.create_job(body) else "exists"
+    async def confirm(self, outcomes: Iterable[tuple[Create, str, object]]) -> None:
+        """Make the claims of runners that exist now (create outcomes "created" or "exists") last the
+        claim TTL: one round trip for a pass's creates."""
+        claims = [(c.job_id, n) for c, n, r in outcomes if c.job_id is not None and r in ("created", "exists")]
+        await self.coordination.confirm(claims, ttl_ms=self.claim_ttl_ms)
+
+    async def _drop(self, group: GroupObject, c: Create, name: str) -> None:
+        """Give back the seat and claim of a runner Job that was not and will not be created."""
+        await self.coordination.seats(group.uid, free=[name])
+        await self._unclaim(c, name)
 
     async def _unclaim(self, c: Create, name: str) -> None:
         if c.job_id is not None:

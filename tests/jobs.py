@@ -80,3 +80,12 @@ async def stored(redis: Any, job_id: int, *, prefix: str = "grs") -> dict[str, s
 
 def _str(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+async def claim(coordination: Any, job_id: int, *, holder: str, ttl_ms: int, group_uid: str = "g") -> bool:
+    """Claim a queued job the way a create does (`Coordination.take`, with a seat in a roomy group)."""
+    epoch = await coordination.epoch(new_id="e")
+    taken = await coordination.take(
+        group_uid, holder, maximum=1_000_000, epoch=epoch.id, job_id=job_id, claim_ttl_ms=ttl_ms
+    )
+    return bool(taken == "granted")

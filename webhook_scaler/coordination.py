@@ -6,42 +6,44 @@ hold across any number of replicas, whatever their caches show and however their
 **One runner per (job, attempt).** A runner Job for a queued job is named from the group, the job id
 and the attempt it will run (see `reconciler.manifests.job_name`), so the API server itself refuses
 a second Job of that name (409 means "there already is one", never "created"). The claim
-(`claim`, SET NX on the job's claim key, only while the job is queued) decides which replica tries
-first, so replicas do not race on the create at all. A claim lasts `CLAIM_PENDING_S` until its
+(taken by `take`, SET NX on the job's claim key, only while the job is queued) decides which replica
+tries first, so replicas do not race on the create at all. A claim lasts `CLAIM_PENDING_S` until its
 create has returned, then the claim TTL (`confirm`): a replica that dies between claim and create
 holds up the job for seconds, not minutes. A claim that expires while its create is still in flight
 costs nothing: the next replica's Job has the same name, and its create gets a 409.
 
 **Never more runners than `maxActiveRunners`.** Every runner Job, for a job or warm, holds a *seat*
 in its group's seat set from before it is created until it has ended:
-- a seat is taken by `reserve`, one script that grants it only while fewer seats than the maximum
-  are held; the Job is created only after its seat was granted, and only if `holds` still finds the
-  seat, under the same epoch, right before the create is sent, and no longer than
-  `CREATE_DEADLINE_S` after the reservation began (the create is dropped otherwise);
+- a seat is taken by `take`, one script that grants it only while fewer seats than the maximum
+  are held and the epoch is the one the pass read, and claims the job in the same step (nothing is
+  taken unless both are); the Job is created only after its seat was granted, and no longer than
+  `CREATE_DEADLINE_S` after the take began (the create is dropped otherwise);
 - a seat is freed only when its Job was seen Complete or Failed (it never runs again), when a delete
   of it returned, or when the API server answered 404 for it and the seat is older than
   `RECLAIM_AFTER_S` (longer than the create deadline plus the API server's request timeout, so a
   create granted that seat can no longer arrive).
 So the seats held are at least the runner Jobs that may be active, and seats never exceed the
 maximum (active Jobs made before seats existed are seated by `seats` without a check, and then
-block new seats until enough of them end). The per-group lease (`lock`) only spares replicas
+block new seats until enough of them end). The per-group lease (taken by `begin`) only spares replicas
 duplicate work; it is not what the invariants rest on.
 
 **When Redis loses the seats** (flushed, or restarted without persistence) a new *epoch* starts with
-the next reservation. Creates reserved in the old epoch fail their `holds` check; ones already sent
-are visible to every cache within `RECLAIM_AFTER_S`. The controller therefore waits that long after
-a new epoch, for groups whose status shows they held seats before, and seats their active Jobs first.
+the next reservation. Takes that expect the old epoch are refused; creates granted before are sent
+within `CREATE_DEADLINE_S` and visible to every cache within `RECLAIM_AFTER_S`. The controller
+therefore waits that long after a new epoch, for groups whose status shows they held seats before,
+and seats their active Jobs first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis.asyncio import Redis
 
 from webhook_scaler.keys import Keys, text
-from webhook_scaler.scripts import ACTIVITY, CLAIM, EPOCH, EXTEND, HOLDS, RELEASE, RESERVE, SEATS
+from webhook_scaler.scripts import ACTIVITY, BEGIN, CONFIRM, EPOCH, RELEASE, SEATS, TAKE
 
 CREATE_DEADLINE_S = 10.0  # from the start of a reservation to the create being sent
 CLAIM_PENDING_S = 30.0  # a claim's life until its create returned (> CREATE_DEADLINE_S + watch lag)
@@ -76,36 +78,56 @@ class Seats:
     held: dict[str, int]
 
 
+@dataclass(frozen=True, slots=True)
+class Begun:
+    """The start of a pass (`begin`): whether the lease was free, and unless the epoch was another,
+    the group's seats and Gitea's word on its runners, read together."""
+
+    leased: bool
+    seats: Seats | None = None
+    activity: Activity | None = None
+
+
 class Coordination:
     """Typed async operations over the reconciler's keys."""
 
     def __init__(self, redis: Redis, *, prefix: str = "grs") -> None:
         self.redis = redis
         self.keys = Keys(prefix)
-        self._claim = redis.register_script(CLAIM)
+        self._take = redis.register_script(TAKE)
+        self._confirm = redis.register_script(CONFIRM)
         self._release = redis.register_script(RELEASE)
-        self._extend = redis.register_script(EXTEND)
         self._activity = redis.register_script(ACTIVITY)
         self._epoch = redis.register_script(EPOCH)
-        self._reserve = redis.register_script(RESERVE)
-        self._holds = redis.register_script(HOLDS)
         self._seats = redis.register_script(SEATS)
+        self._begin = redis.register_script(BEGIN)
 
-    async def claim(self, job_id: int, *, holder: str, ttl_ms: int) -> bool:
-        """Atomically take the right to start a runner for a queued job; False if taken or not queued."""
-        keys = [self.keys.claim(job_id), self.keys.job(job_id)]
-        return bool(await self._claim(keys=keys, args=[holder, ttl_ms]))
+    async def take(
+        self, group_uid: str, name: str, *, maximum: int, epoch: str, job_id: int | None = None, claim_ttl_ms: int = 0
+    ) -> str:
+        """Take a seat for runner Job `name` if fewer than `maximum` are held in `epoch` (idempotent per
+        name), and for a queued job (`job_id`) the right to start its runner, in one atomic step:
+        "granted", or what stopped it, with nothing taken: "full", "epoch" (the epoch is not `epoch` any
+        more), "claimed" (somebody claimed the job, or it is not queued)."""
+        keys = [self.keys.seats(group_uid), self.keys.epoch]
+        if job_id is not None:
+            keys += [self.keys.claim(job_id), self.keys.job(job_id)]
+        args: list[str | int] = [maximum, name, epoch, SEATS_IDLE_TTL_S, claim_ttl_ms]
+        return text(await self._take(keys=keys, args=args))
 
-    async def confirm(self, job_id: int, *, holder: str, ttl_ms: int) -> None:
-        """Make a claim last `ttl_ms` from now (its runner Job exists), only if `holder` still has it."""
-        await self._extend(keys=[self.keys.claim(job_id)], args=[holder, ttl_ms])
+    async def confirm(self, claims: Sequence[tuple[int, str]], *, ttl_ms: int) -> None:
+        """Make claims (job id, holder) whose runner Jobs exist last `ttl_ms` from now, each only if its
+        holder still has it; one round trip for all."""
+        if claims:
+            keys = [self.keys.claim(job_id) for job_id, _ in claims]
+            await self._confirm(keys=keys, args=[ttl_ms, *(holder for _, holder in claims)])
 
     async def release(self, job_id: int, *, holder: str) -> None:
         """Give a claim back (the runner Job could not be created), only if `holder` still has it."""
         await self._release(keys=[self.keys.claim(job_id)], args=[holder])
 
     async def lock(self, name: str, *, holder: str, ttl_ms: int) -> bool:
-        """Take a short exclusive lease (e.g. one group's reconcile pass across replicas)."""
+        """Take a short exclusive lease (e.g. one failed runner's report across replicas)."""
         return bool(await self.redis.set(self.keys.lock(name), holder, nx=True, px=ttl_ms))
 
     async def unlock(self, name: str, *, holder: str) -> None:
@@ -117,15 +139,28 @@ class Coordination:
         epoch_id, started, now = await self._epoch(keys=[self.keys.epoch], args=[new_id])
         return Epoch(text(epoch_id), int(started), int(now))
 
-    async def reserve(self, group_uid: str, name: str, *, maximum: int, epoch: str) -> int:
-        """Take a seat for runner Job `name` if fewer than `maximum` are held (idempotent per name):
-        1 granted, 0 the group is full, -1 the epoch is not `epoch` any more."""
-        seats = self.keys.seats(group_uid)
-        return int(await self._reserve(keys=[seats, self.keys.epoch], args=[maximum, name, epoch, SEATS_IDLE_TTL_S]))
-
-    async def holds(self, group_uid: str, name: str, *, epoch: str) -> bool:
-        """Whether `name` still holds its seat in `epoch` (checked right before its create is sent)."""
-        return bool(await self._holds(keys=[self.keys.seats(group_uid), self.keys.epoch], args=[name, epoch]))
+    async def begin(
+        self,
+        group_uid: str,
+        *,
+        lease: tuple[str, int] | None,
+        epoch: str,
+        free: Sequence[str] = (),
+        runners: Sequence[str] = (),
+        jobs: Sequence[int] = (),
+    ) -> Begun:
+        """Start a group's pass in one round trip: take its lease (holder, ttl ms; None: none), and while
+        the seats' epoch is still `epoch`, free the seats of `free`, and read the seats held and
+        `activity(runners, jobs=jobs)`, all in one snapshot."""
+        keys = [self.keys.lock(group_uid), self.keys.epoch, self.keys.seats(group_uid), self.keys.busy, self.keys.done]
+        keys += [self.keys.job(j) for j in jobs]
+        holder, ttl_ms = lease or ("", 0)
+        reply = await self._begin(keys=keys, args=[holder, ttl_ms, epoch, len(free), *free, *runners])
+        if text(reply[0]) != "ok":
+            return Begun(leased=text(reply[0]) == "epoch")
+        now_ms, held, busy, done, states = reply[1:]
+        seats = Seats(int(now_ms), {text(held[i]): int(float(text(held[i + 1]))) for i in range(0, len(held), 2)})
+        return Begun(True, seats, _activity(runners, jobs, busy, done, states))
 
     async def seats(
         self,
@@ -154,8 +189,13 @@ class Coordination:
             return Activity(set(), {}, set())
         keys = [self.keys.busy, self.keys.done, *(self.keys.job(j) for j in jobs)]
         busy, done, states = await self._activity(keys=keys, args=list(runners))
-        return Activity(
-            busy={r for r, v in zip(runners, busy, strict=True) if v},
-            done_ms={r: int(float(text(v))) for r, v in zip(runners, done, strict=True) if v},
-            queued={j for j, s in zip(jobs, states, strict=True) if s and text(s) == "queued"},
-        )
+        return _activity(runners, jobs, busy, done, states)
+
+
+def _activity(runners: Sequence[str], jobs: Sequence[int], busy: Any, done: Any, states: Any) -> Activity:
+    """An ACTIVITY reply (or BEGIN's part of one) as an `Activity`."""
+    return Activity(
+        busy={r for r, v in zip(runners, busy, strict=True) if v},
+        done_ms={r: int(float(text(v))) for r, v in zip(runners, done, strict=True) if v},
+        queued={j for j, s in zip(jobs, states, strict=True) if s and text(s) == "queued"},
+    )

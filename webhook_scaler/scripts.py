@@ -155,23 +155,19 @@ end
 return out
 """
 
-# KEYS: claim, job; ARGV: holder, ttl_ms
-CLAIM = """
-if redis.call('HGET', KEYS[2], 'state') ~= 'queued' then return 0 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
-return 0
-"""
-
 # KEYS: a claim or a lease; ARGV: holder
 RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
 
-# KEYS: a claim; ARGV: holder, ttl_ms
-EXTEND = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
+# Claims whose runner Jobs exist now last `ttl_ms` from now, each only if its holder still has it.
+# KEYS: claims; ARGV: ttl_ms, then one holder per claim
+CONFIRM = """
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[i + 1] then redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+end
+return #KEYS
 """
 
 # KEYS: busy, done, then one job per asked id; ARGV: the runners
@@ -201,30 +197,31 @@ return {string.sub(epoch, 1, sep - 1), tonumber(string.sub(epoch, sep + 1)), now
 """
 )
 
-# A seat for one runner Job, granted only while fewer than `max` are held, in the expected epoch.
-# KEYS: seats, epoch; ARGV: max, name, epoch id, the seats' idle ttl (s). Returns 1 granted (or held
-# already), 0 full, -1 the epoch changed (Redis lost the seats since the caller read it).
-RESERVE = (
+# A seat for one runner Job, and for a queued job its claim, in one step: the seat only while fewer
+# than `max` are held and the epoch is the expected one; the claim (SET NX) only while the job is
+# queued and nobody claimed it. Nothing is taken unless everything is.
+# KEYS: seats, epoch, then for a queued job: claim, job; ARGV: max, name, epoch id, the seats' idle
+# ttl (s), the claim's ttl (ms). Returns 'granted' (or the seat was held already), 'full', 'epoch'
+# (Redis lost the seats since the caller read the epoch) or 'claimed' (taken, or no longer queued).
+TAKE = (
     _NOW
     + """
 local epoch = redis.call('GET', KEYS[2])
-if not epoch or string.sub(epoch, 1, string.len(ARGV[3]) + 1) ~= ARGV[3] .. ':' then return -1 end
-if redis.call('ZSCORE', KEYS[1], ARGV[2]) then return 1 end
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
-redis.call('ZADD', KEYS[1], now, ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-return 1
+if not epoch or string.sub(epoch, 1, string.len(ARGV[3]) + 1) ~= ARGV[3] .. ':' then return 'epoch' end
+if #KEYS == 4 then
+  if redis.call('HGET', KEYS[4], 'state') ~= 'queued' or redis.call('EXISTS', KEYS[3]) == 1 then
+    return 'claimed'
+  end
+end
+if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 'full' end
+  redis.call('ZADD', KEYS[1], now, ARGV[2])
+  redis.call('EXPIRE', KEYS[1], ARGV[4])
+end
+if #KEYS == 4 then redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[5]) end
+return 'granted'
 """
 )
-
-# Whether a seat is still held under the epoch it was granted in (checked right before the create).
-# KEYS: seats, epoch; ARGV: name, epoch id
-HOLDS = """
-local epoch = redis.call('GET', KEYS[2])
-if not epoch or string.sub(epoch, 1, string.len(ARGV[2]) + 1) ~= ARGV[2] .. ':' then return 0 end
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 1 end
-return 0
-"""
 
 # One pass's view of a group's seats: frees the seats of runner Jobs that ended or were deleted, seats
 # the active runner Jobs that hold none (made before seats existed, or after Redis lost them), and
@@ -245,5 +242,32 @@ local out = {now}
 local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 for i = 1, #all do out[#out + 1] = all[i] end
 return out
+"""
+)
+
+# The start of one group's pass, in one step while the caller's epoch is current: take the pass's
+# lease, free the seats of `free` (runner Jobs that ended), read the seats, and read Gitea's word on
+# the runners and which of the asked jobs are still queued (as ACTIVITY does).
+# KEYS: lease, epoch, seats, busy, done, then one job per asked id; ARGV: holder ('': no lease), the
+# lease's ttl (ms), epoch id, n_free, free..., runners... Returns {'locked'} (another holder has the
+# lease; nothing changed), {'epoch'} (the lease is taken, the epoch is another: the caller seats the
+# group the long way), or {'ok', now, {name, seated_ms, ...}, busy, done, states}.
+BEGIN = (
+    _NOW
+    + """
+if ARGV[1] ~= '' and not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'locked'} end
+local epoch = redis.call('GET', KEYS[2])
+if not epoch or string.sub(epoch, 1, string.len(ARGV[3]) + 1) ~= ARGV[3] .. ':' then return {'epoch'} end
+local first = 5 + tonumber(ARGV[4])
+for i = 5, first - 1 do redis.call('ZREM', KEYS[3], ARGV[i]) end
+local seats = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+local busy, done = {}, {}
+for i = first, #ARGV do
+  busy[i - first + 1] = redis.call('ZSCORE', KEYS[4], ARGV[i]) or false
+  done[i - first + 1] = redis.call('ZSCORE', KEYS[5], ARGV[i]) or false
+end
+local states = {}
+for k = 6, #KEYS do states[k - 5] = redis.call('HGET', KEYS[k], 'state') or false end
+return {'ok', now, seats, busy, done, states}
 """
 )

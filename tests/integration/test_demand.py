@@ -13,7 +13,7 @@ from reconciler.assign import GroupIndex, GroupView, index_groups
 from reconciler.demand import Demand, window
 from reconciler.labels import effective_labels, names
 from tests.groups import spec
-from tests.jobs import model
+from tests.jobs import claim, model
 from tests.redis_server import RedisServer
 from webhook_scaler.coordination import Coordination
 from webhook_scaler.jobs import JobUpdate
@@ -68,7 +68,7 @@ async def test_each_round_sees_claims_and_departures_and_keeps_unchanged_jobs(re
     first = (await reader.read(index))[("ci", "a")]
     assert (ids(first), first.total) == (list(range(1, 15)), 30)  # a window of 2 x 2 + 10
     assert ("ci", "idle") not in await reader.read(index)
-    assert await Coordination(redis).claim(1, holder="a-1-1", ttl_ms=60_000)
+    assert await claim(Coordination(redis), 1, holder="a-1-1", ttl_ms=60_000)
     await store.record(JobUpdate.from_payload(model("in_progress", job_id=2, repo="acme/a")))
     second = (await reader.read(index))[("ci", "a")]
     assert (ids(second), second.total) == ([1, *range(3, 16)], 29)

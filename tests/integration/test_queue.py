@@ -7,7 +7,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from tests.jobs import model, stored
+from tests.jobs import claim, model, stored
 from webhook_scaler.coordination import Activity, Coordination
 from webhook_scaler.jobs import ALL, JobUpdate, Scope
 from webhook_scaler.queue import JobStore, Outcome, Ttls
@@ -88,7 +88,7 @@ async def test_waiting_is_recorded_but_not_demand(redis: Redis) -> None:
 async def test_claims_are_exclusive_and_cleared_when_the_job_leaves_the_queue(redis: Redis) -> None:
     store = JobStore(redis)
     await store.record(upd("queued"))
-    results = await asyncio.gather(*(Coordination(redis).claim(101, holder=f"r{i}", ttl_ms=60_000) for i in range(20)))
+    results = await asyncio.gather(*(claim(Coordination(redis), 101, holder=f"r{i}", ttl_ms=60_000) for i in range(20)))
     assert sum(results) == 1
     [job] = await store.queued(ALL)
     assert job.claimed_by is not None and job.claimed_by.startswith("r")
@@ -96,28 +96,29 @@ async def test_claims_are_exclusive_and_cleared_when_the_job_leaves_the_queue(re
     assert (await store.queued(ALL))[0].claimed_by == job.claimed_by
     await store.record(upd("in_progress"))
     assert await redis.exists("{grs}:claim:101") == 0
-    assert not await Coordination(redis).claim(101, holder="late", ttl_ms=60_000)
+    assert not await claim(Coordination(redis), 101, holder="late", ttl_ms=60_000)
 
 
 async def test_claim_expires(redis: Redis) -> None:
     store = JobStore(redis)
     await store.record(upd("queued"))
-    assert await Coordination(redis).claim(101, holder="a", ttl_ms=50)
+    assert await claim(Coordination(redis), 101, holder="a", ttl_ms=50)
     for _ in range(500):  # until Redis has expired the claim (at most 5 s), not a guess at how long that takes
         if not await redis.exists("{grs}:claim:101"):
             break
         await asyncio.sleep(0.01)
-    assert await Coordination(redis).claim(101, holder="b", ttl_ms=50)
+    assert await claim(Coordination(redis), 101, holder="b", ttl_ms=50)
 
 
 async def test_a_claim_is_made_to_last_only_by_its_holder(redis: Redis) -> None:
     await JobStore(redis).record(upd("queued"))
     coordination = Coordination(redis)
-    assert await coordination.claim(101, holder="a", ttl_ms=30_000)
-    await coordination.confirm(101, holder="b", ttl_ms=300_000)  # not the holder: nothing changes
+    assert await claim(coordination, 101, holder="a", ttl_ms=30_000)
+    await coordination.confirm([(101, "b")], ttl_ms=300_000)  # not the holder: nothing changes
     assert 0 < await redis.pttl("{grs}:claim:101") <= 30_000
-    await coordination.confirm(101, holder="a", ttl_ms=300_000)
+    await coordination.confirm([(101, "a"), (102, "a")], ttl_ms=300_000)  # 102: no claim, none made
     assert await redis.pttl("{grs}:claim:101") > 30_000
+    assert await redis.exists("{grs}:claim:102") == 0
 
 
 async def test_poll_sync_adds_missing_and_drops_gone_jobs(redis: Redis) -> None:

@@ -19,7 +19,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from tests.jobs import model, stored
+from tests.jobs import claim, model, stored
 from tests.redis_topology import ClusterServers, SentinelServers
 from webhook_scaler.coordination import SEATS_IDLE_TTL_S, Coordination
 from webhook_scaler.jobs import ALL, JobUpdate, Scope
@@ -60,11 +60,11 @@ async def test_webhook_writes_claims_locks_and_the_stream(client: Client) -> Non
     assert [j.job_id for j in await store.queued(Scope("owner", "ACME"))] == [1]
     assert [j.job_id for j in await store.queued(Scope("repo", "other/repo"))] == [2]
     coordination = coordination_of(store)
-    claims = await asyncio.gather(*(coordination.claim(1, holder=f"r{i}", ttl_ms=60_000) for i in range(20)))
+    claims = await asyncio.gather(*(claim(coordination, 1, holder=f"r{i}", ttl_ms=60_000) for i in range(20)))
     assert sum(claims) == 1
     winner = next(f"r{i}" for i, won in enumerate(claims) if won)
     await coordination.release(1, holder=winner)
-    assert await coordination.claim(1, holder="again", ttl_ms=60_000)
+    assert await claim(coordination, 1, holder="again", ttl_ms=60_000)
     assert await coordination.lock("group", holder="a", ttl_ms=60_000)
     assert not await coordination.lock("group", holder="b", ttl_ms=60_000)
     await coordination.unlock("group", holder="a")
@@ -82,18 +82,27 @@ async def test_webhook_writes_claims_locks_and_the_stream(client: Client) -> Non
 
 
 async def test_seats_cap_a_group_and_follow_their_epoch(client: Client) -> None:
-    """The reservation scripts on one slot: the cap holds under a race, and a lost epoch refuses."""
-    coordination = coordination_of(new_store(client))
+    """The seat scripts on one slot: the cap holds under a race, a lost epoch refuses, nothing is taken
+    unless everything is, and a pass's start reads the seats and frees the ended ones."""
+    store = new_store(client)
+    coordination = coordination_of(store)
     epoch = await coordination.epoch(new_id="e1")
-    granted = await asyncio.gather(
-        *(coordination.reserve("g", f"runner-{i}", maximum=3, epoch=epoch.id) for i in range(12))
-    )
-    assert sorted(granted) == [0] * 9 + [1] * 3
+    granted = await asyncio.gather(*(coordination.take("g", f"runner-{i}", maximum=3, epoch="e1") for i in range(12)))
+    assert sorted(granted) == ["full"] * 9 + ["granted"] * 3
     held = (await coordination.seats("g")).held
-    assert len(held) == 3 and all(await asyncio.gather(*(coordination.holds("g", n, epoch="e1") for n in held)))
-    assert await coordination.reserve("g", "runner-x", maximum=3, epoch="another") == -1
+    assert await coordination.take("g", "runner-x", maximum=3, epoch="another") == "epoch"
+    await store.record(upd("queued", job_id=7), delivery_id="d7")
+    assert await coordination.take("g", "runner-7", maximum=3, epoch="e1", job_id=7, claim_ttl_ms=60_000) == "full"
+    assert not await client.exists(coordination.keys.claim(7))  # full: the job was not claimed either
     ttl = await client.ttl(coordination.keys.seats("g"))  # a group gone for good leaves no seats behind
     assert 0 < ttl <= SEATS_IDLE_TTL_S
+    first = sorted(held)[0]
+    begun = await coordination.begin("g", lease=("p", 60_000), epoch=epoch.id, free=[first], jobs=[7])
+    assert begun.seats is not None and set(begun.seats.held) == set(held) - {first}
+    assert begun.activity is not None and begun.activity.queued == {7}
+    assert not (await coordination.begin("g", lease=("q", 60_000), epoch=epoch.id)).leased  # p has the lease
+    assert await coordination.take("g", "runner-7", maximum=3, epoch="e1", job_id=7, claim_ttl_ms=60_000) == "granted"
+    assert await coordination.take("g", "runner-8", maximum=3, epoch="e1", job_id=7, claim_ttl_ms=60_000) == "claimed"
 
 
 async def test_activity_reads_runners_and_jobs_in_one_snapshot(client: Client) -> None:
@@ -170,7 +179,7 @@ async def test_a_sentinel_failover_during_a_burst_loses_and_doubles_nothing(
         assert Counter(changes) == Counter((j, "queued", "") for j in everyone)  # each applied exactly once
         for job_id in sorted(everyone):  # one job at a time: 3 replicas race for it
             claims = await asyncio.gather(
-                *(coordination_of(store).claim(job_id, holder=f"r{i}", ttl_ms=60_000) for i in range(3))
+                *(claim(coordination_of(store), job_id, holder=f"r{i}", ttl_ms=60_000) for i in range(3))
             )
             assert sum(claims) == 1, job_id
     finally:
