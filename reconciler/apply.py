@@ -32,7 +32,6 @@ from webhook_scaler.jobs import QueuedJob
 
 log = logging.getLogger(__name__)
 STATUS_INTERVAL = 1.0  # seconds between status writes that only change counts
-STATUS_RETRY = 0.25  # seconds until a count-only status write put off behind creates is tried again
 FAILED_MARK_MS = 24 * 3600 * 1000  # a failed runner is reported once; its Job is gone long before
 
 
@@ -173,14 +172,21 @@ class GroupPass:
         of status writes ahead of its creates (a wake-up writes the last one)."""
         previous = pass_fields(group.status)
         if status == previous:
+            state.status_put_off = 0.0
             return
-        since = time.monotonic() - state.status_written
+        now = time.monotonic()
+        since = now - state.status_written
         counts_only = all(status.get(k) == previous.get(k) for k in ("conditions", "observedGeneration", "target"))
-        if counts_only and (since < STATUS_INTERVAL or (self.reports.creating and since < MAX_DELAY)):
-            self.wake_at(state, int((self.clock() + max(STATUS_INTERVAL - since, STATUS_RETRY)) * 1000))
-            return
+        if counts_only:
+            state.status_put_off = state.status_put_off or now
+            if since < STATUS_INTERVAL:
+                self.wake_at(state, int((self.clock() + STATUS_INTERVAL - since) * 1000))
+                return
+            if self.reports.creating and now - state.status_put_off < MAX_DELAY:
+                self.reports.later(state)
+                return
         await self.kube.patch_status(group.ref, status)
-        state.status_written = time.monotonic()
+        state.status_written, state.status_put_off = time.monotonic(), 0.0
 
     async def _apply_deletes(self, group: GroupObject, spec: RunnerGroupSpec, decided: Plan, label: str) -> None:
         allowed = await self.rows.vet(group, spec, decided.delete)

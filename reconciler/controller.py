@@ -72,7 +72,7 @@ class Controller:
             rows=self.rows,
             metrics=metrics,
             wake=self._wake_at,
-            reports=Reports(kube, self._keep),
+            reports=Reports(kube, self._keep, self.wake.set),
             clock=clock,
         )
         self.scheduler = self._scheduler()

@@ -1,12 +1,13 @@
-"""What can wait behind the creates: `RunnerCreated` Events, gathered per group, sent when no create is
-in flight, so that in a burst the API server gets the runner Jobs first.
+"""What can wait behind the creates: `RunnerCreated` Events, gathered per group, and status writes
+that only change counts, so that in a burst the API server gets the runner Jobs first.
 
-Owns: counting the creates in flight across every group's pass (`creating`), and the pending
-`RunnerCreated` Events: one per group for every runner created since its last one, sent by one
-background task once no create is in flight, or `MAX_DELAY` after the first was gathered. The count
-also lets a pass put off a status write that only changes counts (see `apply.GroupPass.write_status`).
-An Event is a report, never a decision: one lost with its replica costs nothing but the Event (the log
-has every runner created).
+Owns: counting the creates in flight across every group's pass (`creating`); the pending
+`RunnerCreated` Events, one per group for every runner created since its last one; and the groups
+whose count-only status write was put off (`later`). One background task waits until no create is in
+flight, or `MAX_DELAY` after it started, then lets those groups pass again (one wake-up for all, no
+timer per group) and sends the Events a few at a time, waiting again whenever creates are in flight.
+An Event is a report, never a decision: one lost with its replica costs nothing but the Event (the
+log has every runner created).
 """
 
 from __future__ import annotations
@@ -17,22 +18,27 @@ from contextlib import contextmanager, suppress
 
 from reconciler.kube import Kube
 from reconciler.manifests import GroupRef
+from reconciler.state import GroupState
 
 MAX_DELAY = 10.0  # seconds an Event or a count-only status write waits at most for the creates
-SENDS_IN_FLIGHT = 8  # Events sent at once by a flush
+SENDS_IN_FLIGHT = 8  # Events sent at once, between checks for creates in flight
 
 
 class Reports:
     """The creates in flight of one controller, and the Events waiting for them to end."""
 
-    def __init__(self, kube: Kube, keep: Callable[[asyncio.Task[None]], None]) -> None:
+    def __init__(
+        self, kube: Kube, keep: Callable[[asyncio.Task[None]], None], wake: Callable[[], None] = lambda: None
+    ) -> None:
         self.kube = kube
         self.keep = keep  # keeps a background task until it ends (the controller awaits it at exit)
+        self.wake = wake  # starts a round of passes
         self.creating = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._created: dict[str, tuple[GroupRef, list[str]]] = {}  # group uid -> (group, job ids or "warm")
-        self._flush: asyncio.Task[None] | None = None
+        self._later: list[GroupState] = []
+        self._task: asyncio.Task[None] | None = None
 
     @contextmanager
     def creates(self) -> Iterator[None]:
@@ -49,20 +55,36 @@ class Reports:
     def created(self, group: GroupRef, ids: list[str]) -> None:
         """Runners were created for `group` (their job ids, or "warm"): one Event will say so."""
         self._created.setdefault(group.uid, (group, []))[1].extend(ids)
-        if self._flush is None or self._flush.done():
-            self._flush = asyncio.create_task(self._send_when_idle(), name="runner-created-events")
-            self.keep(self._flush)
+        self._start()
 
-    async def _send_when_idle(self) -> None:
-        with suppress(TimeoutError):  # a long burst: the Events go after MAX_DELAY anyway
-            await asyncio.wait_for(self._idle.wait(), MAX_DELAY)
-        await self.flush()
+    def later(self, state: GroupState) -> None:
+        """A group's count-only status write waits for the creates in flight: its next pass comes then."""
+        self._later.append(state)
+        self._start()
 
-    async def flush(self) -> None:
-        """Send every pending Event now (`SENDS_IN_FLIGHT` at a time)."""
-        pending, self._created = list(self._created.values()), {}
-        for start in range(0, len(pending), SENDS_IN_FLIGHT):
-            await asyncio.gather(*(self._send(group, ids) for group, ids in pending[start : start + SENDS_IN_FLIGHT]))
+    def _start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._when_idle(), name="reports")
+            self.keep(self._task)
+
+    async def _when_idle(self) -> None:
+        """Each time no create is in flight (or from MAX_DELAY on): let the groups put off pass again,
+        and send a few Events."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + MAX_DELAY
+        while self._created or self._later:
+            with suppress(TimeoutError):  # a long burst: what waits goes after MAX_DELAY anyway
+                await asyncio.wait_for(self._idle.wait(), max(0.0, deadline - loop.time()))
+            if self._later:
+                for state in self._later:
+                    state.due = True
+                self._later = []
+                self.wake()
+            await self._send_some(SENDS_IN_FLIGHT)
+
+    async def _send_some(self, count: int) -> None:
+        some = list(self._created)[:count]
+        await asyncio.gather(*(self._send(*self._created.pop(uid)) for uid in some))
 
     async def _send(self, group: GroupRef, ids: list[str]) -> None:
         message = f"Created {len(ids)} runner(s) for jobs: {', '.join(ids)}"

@@ -24,6 +24,7 @@ class GroupState:
     # a permanent error stops the group's passes until the group changes: ((generation, annotations), error)
     stopped: tuple[tuple[int, str], str] | None = None
     status_written: float = 0.0  # monotonic time of the last status write
+    status_put_off: float = 0.0  # monotonic time a count-only status write was first put off (0: none is)
     quiet_as: tuple[object, object, object] | None = None  # (group object, gitea condition, last poll) found quiet
     timer: asyncio.TimerHandle | None = None  # the wake-up at the group's next deadline
     timer_at_ms: int = 0

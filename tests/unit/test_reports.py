@@ -1,4 +1,4 @@
-"""`RunnerCreated` Events wait behind the creates in flight, and come one per group."""
+"""`RunnerCreated` Events and count-only status writes wait behind the creates in flight."""
 
 from __future__ import annotations
 
@@ -8,25 +8,33 @@ from typing import Any, cast
 import pytest
 
 from reconciler import reports as reports_module
+from reconciler.apply import GroupPass
 from reconciler.manifests import GroupRef
+from reconciler.objects import GroupObject
 from reconciler.reports import Reports
+from reconciler.settings import Settings
+from reconciler.state import GroupState
 
 A, B = GroupRef("ci", "a", "uid-a"), GroupRef("ci", "b", "uid-b")
 
 
 class Events:
-    """A Kube stand-in that records the Events sent."""
+    """A Kube stand-in that records the Events sent and the status writes."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, str, str, str]] = []
+        self.statuses: list[tuple[str, dict[str, Any]]] = []
 
     async def event(self, group: GroupRef, *, kind: str, reason: str, message: str) -> None:
         self.sent.append((group.name, kind, reason, message))
 
+    async def patch_status(self, group: GroupRef, status: dict[str, Any]) -> None:
+        self.statuses.append((group.name, status))
 
-def new_reports() -> tuple[Reports, Events, list[asyncio.Task[None]]]:
+
+def new_reports(wake: Any = lambda: None) -> tuple[Reports, Events, list[asyncio.Task[None]]]:
     kube, kept = Events(), list[asyncio.Task[None]]()
-    return Reports(cast(Any, kube), kept.append), kube, kept
+    return Reports(cast(Any, kube), kept.append, wake), kube, kept
 
 
 async def test_events_wait_for_every_create_in_flight_then_one_per_group_says_all() -> None:
@@ -58,3 +66,33 @@ async def test_a_long_burst_holds_events_back_no_longer_than_max_delay(monkeypat
         await asyncio.wait_for(kept[0], 5)
         assert kube.sent == [("a", "Normal", "RunnerCreated", "Created 1 runner(s) for jobs: 1")]
         assert reports.creating == 1
+
+
+async def test_a_count_only_status_write_waits_for_the_creates_then_its_group_passes_again() -> None:
+    woken: list[str] = []
+    reports, kube, kept = new_reports(lambda: woken.append("round"))
+    timers: list[int] = []
+    group_pass = GroupPass(
+        Settings(),
+        kube=cast(Any, kube),
+        coordination=cast(Any, None),
+        rows=cast(Any, None),
+        metrics=cast(Any, None),
+        wake=lambda _state, at_ms: timers.append(at_ms),
+        reports=reports,
+    )
+    status = {"activeRunners": 1, "queuedJobs": 0, "conditions": {}}
+    group = GroupObject("ci", "a", "uid-a", 1, {}, {**status, "activeRunners": 0})
+    state = GroupState(due=False)
+    with reports.creates():
+        await group_pass.write_status(group, status, state)
+        assert kube.statuses == [] and timers == []  # put off, and no timer per group
+        done, _ = await asyncio.wait(kept, timeout=0.2)
+        assert not done and not state.due and woken == []
+    await asyncio.wait_for(kept[0], 5)
+    assert state.due and woken == ["round"]  # no create in flight: the group's next pass may not skip
+    await group_pass.write_status(group, status, state)
+    assert kube.statuses == [("a", status)]
+    with reports.creates():  # a change beyond the counts is written at once, creates or not
+        await group_pass.write_status(group, {**status, "conditions": {"Ready": {"status": "True"}}}, state)
+    assert len(kube.statuses) == 2
