@@ -249,9 +249,9 @@ async def _settled(stack: Stack, timeout: float = 300) -> None:
     assert stack.kube is not None
     deadline = time.perf_counter() + timeout
     while time.perf_counter() < deadline:
-        _, body = api_request(stack.kube, "GET", f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{NS}/runnergroups")
-        if all((g.get("status") or {}).get("observedGeneration") for g in body["items"]):
-            return
+        code, body = api_request(stack.kube, "GET", f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{NS}/runnergroups")
+        if code == 200 and all((g.get("status") or {}).get("observedGeneration") for g in body["items"]):
+            return  # (a new CRD may be answered with 404 for a moment: wait on)
         await asyncio.sleep(0.5)
     raise RuntimeError("the reconciler did not write every group's status")
 
