@@ -4,8 +4,8 @@ that only change counts, so that in a burst the API server gets the runner Jobs 
 Owns: counting the creates in flight across every group's pass (`creating`); the pending
 `RunnerCreated` Events, one per group for every runner created since its last one; and the groups
 whose count-only status write was put off (`later`). One background task waits until no create is in
-flight, or `MAX_DELAY` after it started, then lets those groups pass again (one wake-up for all, no
-timer per group) and sends the Events a few at a time, waiting again whenever creates are in flight.
+flight, then lets those groups pass again (one wake-up for all, no timer per group) and sends a few
+Events, and waits again; while creates go on without a pause, it does all of that every `MAX_DELAY`.
 An Event is a report, never a decision: one lost with its replica costs nothing but the Event (the
 log has every runner created).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 
 from reconciler.kube import Kube
 from reconciler.manifests import GroupRef
@@ -68,19 +68,23 @@ class Reports:
             self.keep(self._task)
 
     async def _when_idle(self) -> None:
-        """Each time no create is in flight (or from MAX_DELAY on): let the groups put off pass again,
-        and send a few Events."""
+        """Each time no create is in flight: let the groups put off pass again, and send a few Events.
+        Creates in flight all along: all of that every MAX_DELAY."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + MAX_DELAY
         while self._created or self._later:
-            with suppress(TimeoutError):  # a long burst: what waits goes after MAX_DELAY anyway
+            try:
                 await asyncio.wait_for(self._idle.wait(), max(0.0, deadline - loop.time()))
+                some = SENDS_IN_FLIGHT
+            except TimeoutError:
+                some, deadline = len(self._created), loop.time() + MAX_DELAY
             if self._later:
                 for state in self._later:
                     state.due = True
                 self._later = []
                 self.wake()
-            await self._send_some(SENDS_IN_FLIGHT)
+            for _ in range(0, some, SENDS_IN_FLIGHT):
+                await self._send_some(SENDS_IN_FLIGHT)
 
     async def _send_some(self, count: int) -> None:
         some = list(self._created)[:count]

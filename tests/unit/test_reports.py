@@ -60,11 +60,16 @@ async def test_events_wait_for_every_create_in_flight_then_one_per_group_says_al
 
 async def test_a_long_burst_holds_events_back_no_longer_than_max_delay(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reports_module, "MAX_DELAY", 0.05)
-    reports, kube, kept = new_reports()
+    woken: list[str] = []
+    reports, kube, kept = new_reports(lambda: woken.append("round"))
+    state = GroupState(due=False)
     with reports.creates():
-        reports.created(A, ["1"])
+        for i in range(20):  # more groups than are sent at once while creates are in flight
+            reports.created(GroupRef("ci", f"g{i}", f"uid-{i}"), [str(i)])
+        reports.later(state)
         await asyncio.wait_for(kept[0], 5)
-        assert kube.sent == [("a", "Normal", "RunnerCreated", "Created 1 runner(s) for jobs: 1")]
+        assert sorted(k[0] for k in kube.sent) == sorted(f"g{i}" for i in range(20))
+        assert state.due and woken == ["round"]
         assert reports.creating == 1
 
 
