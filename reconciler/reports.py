@@ -27,9 +27,7 @@ SENDS_IN_FLIGHT = 8  # Events sent at once, between checks for creates in flight
 class Reports:
     """The creates in flight of one controller, and the Events waiting for them to end."""
 
-    def __init__(
-        self, kube: Kube, keep: Callable[[asyncio.Task[None]], None], wake: Callable[[], None] = lambda: None
-    ) -> None:
+    def __init__(self, kube: Kube, keep: Callable[[asyncio.Task[None]], None], wake: Callable[[], None]) -> None:
         self.kube = kube
         self.keep = keep  # keeps a background task until it ends (the controller awaits it at exit)
         self.wake = wake  # starts a round of passes

@@ -159,8 +159,7 @@ class Coordination:
         if text(reply[0]) != "ok":
             return Begun(leased=text(reply[0]) == "epoch")
         now_ms, held, busy, done, states = reply[1:]
-        seats = Seats(int(now_ms), {text(held[i]): int(float(text(held[i + 1]))) for i in range(0, len(held), 2)})
-        return Begun(True, seats, _activity(runners, jobs, busy, done, states))
+        return Begun(True, Seats(int(now_ms), _held(held)), _activity(runners, jobs, busy, done, states))
 
     async def seats(
         self,
@@ -174,8 +173,7 @@ class Coordination:
         RECLAIM_AFTER_S; return the seats held then."""
         args: list[str | int] = [int(RECLAIM_AFTER_S * 1000), len(free), len(adopt), *free, *adopt, *orphans]
         reply = await self._seats(keys=[self.keys.seats(group_uid)], args=args)
-        held = {text(reply[i]): int(float(text(reply[i + 1]))) for i in range(1, len(reply), 2)}
-        return Seats(int(reply[0]), held)
+        return Seats(int(reply[0]), _held(reply[1:]))
 
     async def activity(self, runners: Sequence[str], *, jobs: Sequence[int] = ()) -> Activity:
         """What Gitea reported about these runners (which run a job, when the job of others ended) and
@@ -190,6 +188,11 @@ class Coordination:
         keys = [self.keys.busy, self.keys.done, *(self.keys.job(j) for j in jobs)]
         busy, done, states = await self._activity(keys=keys, args=list(runners))
         return _activity(runners, jobs, busy, done, states)
+
+
+def _held(flat: Sequence[Any]) -> dict[str, int]:
+    """A ZRANGE ... WITHSCORES reply of the seats as name -> seated at (ms)."""
+    return {text(flat[i]): int(float(text(flat[i + 1]))) for i in range(0, len(flat), 2)}
 
 
 def _activity(runners: Sequence[str], jobs: Sequence[int], busy: Any, done: Any, states: Any) -> Activity:

@@ -170,17 +170,36 @@ end
 return #KEYS
 """
 
-# KEYS: busy, done, then one job per asked id; ARGV: the runners
-ACTIVITY = """
-local busy, done = {}, {}
-for i = 1, #ARGV do
-  busy[i] = redis.call('ZSCORE', KEYS[1], ARGV[i]) or false
-  done[i] = redis.call('ZSCORE', KEYS[2], ARGV[i]) or false
+# Gitea's word on the runners ARGV[first_runner..] (their scores in busy and done, or false) and the
+# states of the jobs KEYS[first_job..] (or false).
+_ACTIVITY = """
+local function activity(busy_key, done_key, first_runner, first_job)
+  local busy, done, states = {}, {}, {}
+  for i = first_runner, #ARGV do
+    busy[i - first_runner + 1] = redis.call('ZSCORE', busy_key, ARGV[i]) or false
+    done[i - first_runner + 1] = redis.call('ZSCORE', done_key, ARGV[i]) or false
+  end
+  for k = first_job, #KEYS do states[k - first_job + 1] = redis.call('HGET', KEYS[k], 'state') or false end
+  return busy, done, states
 end
-local states = {}
-for k = 3, #KEYS do states[k - 2] = redis.call('HGET', KEYS[k], 'state') or false end
+"""
+
+# Whether the seats' epoch (the string `{id}:{start ms}` at `key`) is the one with id `id`.
+_SAME_EPOCH = """
+local function same_epoch(key, id)
+  local epoch = redis.call('GET', key)
+  return epoch and string.sub(epoch, 1, string.len(id) + 1) == id .. ':'
+end
+"""
+
+# KEYS: busy, done, then one job per asked id; ARGV: the runners
+ACTIVITY = (
+    _ACTIVITY
+    + """
+local busy, done, states = activity(KEYS[1], KEYS[2], 1, 3)
 return {busy, done, states}
 """
+)
 
 # The seats' epoch, started if there is none. KEYS: epoch; ARGV: the id of a new epoch
 # Returns {epoch id, epoch start (ms), now (ms)}
@@ -205,9 +224,9 @@ return {string.sub(epoch, 1, sep - 1), tonumber(string.sub(epoch, sep + 1)), now
 # (Redis lost the seats since the caller read the epoch) or 'claimed' (taken, or no longer queued).
 TAKE = (
     _NOW
+    + _SAME_EPOCH
     + """
-local epoch = redis.call('GET', KEYS[2])
-if not epoch or string.sub(epoch, 1, string.len(ARGV[3]) + 1) ~= ARGV[3] .. ':' then return 'epoch' end
+if not same_epoch(KEYS[2], ARGV[3]) then return 'epoch' end
 if #KEYS == 4 then
   if redis.call('HGET', KEYS[4], 'state') ~= 'queued' or redis.call('EXISTS', KEYS[3]) == 1 then
     return 'claimed'
@@ -254,20 +273,15 @@ return out
 # group the long way), or {'ok', now, {name, seated_ms, ...}, busy, done, states}.
 BEGIN = (
     _NOW
+    + _SAME_EPOCH
+    + _ACTIVITY
     + """
 if ARGV[1] ~= '' and not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'locked'} end
-local epoch = redis.call('GET', KEYS[2])
-if not epoch or string.sub(epoch, 1, string.len(ARGV[3]) + 1) ~= ARGV[3] .. ':' then return {'epoch'} end
+if not same_epoch(KEYS[2], ARGV[3]) then return {'epoch'} end
 local first = 5 + tonumber(ARGV[4])
 for i = 5, first - 1 do redis.call('ZREM', KEYS[3], ARGV[i]) end
 local seats = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
-local busy, done = {}, {}
-for i = first, #ARGV do
-  busy[i - first + 1] = redis.call('ZSCORE', KEYS[4], ARGV[i]) or false
-  done[i - first + 1] = redis.call('ZSCORE', KEYS[5], ARGV[i]) or false
-end
-local states = {}
-for k = 6, #KEYS do states[k - 5] = redis.call('HGET', KEYS[k], 'state') or false end
+local busy, done, states = activity(KEYS[4], KEYS[5], first, 6)
 return {'ok', now, seats, busy, done, states}
 """
 )
