@@ -33,6 +33,10 @@ from webhook_scaler.jobs import QueuedJob
 log = logging.getLogger(__name__)
 STATUS_INTERVAL = 1.0  # seconds between status writes that only change counts
 FAILED_MARK_MS = 24 * 3600 * 1000  # a failed runner is reported once; its Job is gone long before
+# Gitea's word on a runner (busy since, done at; Redis' clock) counts for a runner Job only if it came
+# after the Job was created (the API server's clock, to the second): a fact about an earlier runner of
+# the same name (its Job gone, its name given again) says nothing about this one.
+FACT_SKEW_MS = 2000
 
 
 class GroupPass:
@@ -80,9 +84,9 @@ class GroupPass:
                     finished=job.finished,
                     reason=next((p.failure for p in pods if p.failure), job.reason),
                     pod_phases=[(p.phase, p.running_since_ms) for p in pods],
-                    busy=job.name in activity.busy or self.rows.busy(job.namespace, job.name),
+                    busy=_since(activity.busy_ms, job) is not None or self.rows.busy(job.namespace, job.name),
                     finished_ms=job.finished_ms,
-                    done_ms=activity.done_ms.get(job.name),
+                    done_ms=_since(activity.done_ms, job),
                 )
             )
         return out
@@ -114,7 +118,7 @@ class GroupPass:
         if decided.wake_at_ms is not None:
             self.wake_at(state, decided.wake_at_ms)
         label = f"{group.namespace}/{group.name}"
-        await self._apply_deletes(group, spec, decided, label)
+        await self._apply_deletes(group, spec, decided, state, label)
         created = await self._creates(group, spec, decided.create if ready.wait_until_ms is None else (), ready, label)
         if ready.wait_until_ms is not None:
             self.wake_at(state, now_ms + max(0, ready.wait_until_ms - ready.now_ms))
@@ -164,6 +168,8 @@ class GroupPass:
             last_poll=state.last_poll,
             failed=decided.failed,
             backoff=decided.backoff,
+            unlisted=state.unlisted,
+            scope=f"{spec.scope} {spec.target}".strip(),
         )
 
     async def write_status(self, group: GroupObject, status: dict[str, Any], state: GroupState) -> None:
@@ -188,8 +194,17 @@ class GroupPass:
         await self.kube.patch_status(group.ref, status)
         state.status_written, state.status_put_off = time.monotonic(), 0.0
 
-    async def _apply_deletes(self, group: GroupObject, spec: RunnerGroupSpec, decided: Plan, label: str) -> None:
-        allowed = await self.rows.vet(group, spec, decided.delete)
+    async def _apply_deletes(
+        self, group: GroupObject, spec: RunnerGroupSpec, decided: Plan, state: GroupState, label: str
+    ) -> None:
+        alive = {j.name for j in self.jobs_of(group) if not j.finished}
+        deciding = {d.name for d in decided.delete}
+        retiring = [d for d in self.rows.still_retiring(group.namespace, alive) if d.name not in deciding]
+        vetted = await self.rows.vet(group, spec, [*decided.delete, *retiring])
+        if decided.delete or retiring:
+            state.unlisted = tuple(vetted.unlisted)
+        state.unlisted = tuple(n for n in state.unlisted if n in alive)
+        allowed = vetted.allowed
         for d in allowed:
             await self.kube.delete_job(group.namespace, d.name)
             await self.coordination.seats(group.uid, free=[d.name])
@@ -245,3 +260,9 @@ class GroupPass:
             message = f"Runner Job {r.name} failed ({r.reason}); its slot is free again"
             await self.kube.event(group.ref, kind="Warning", reason="RunnerFailed", message=message)
         state.reported_failures = names_now
+
+
+def _since(facts: Mapping[str, int], job: JobObject) -> int | None:
+    """The time of a fact about the runner Job's name, if it is not older than the Job."""
+    at = facts.get(job.name)
+    return at if at is not None and at >= job.created_ms - FACT_SKEW_MS else None

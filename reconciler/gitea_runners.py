@@ -1,37 +1,45 @@
-"""Gitea's own word on our runners: ask before deleting one, remove its row with it, sweep the ghosts.
+"""Gitea's own word on our runners: no runner Job is deleted until Gitea says it runs no job.
 
-Owns: which runner Job deletions may go ahead, the `DELETE .../actions/runners/{id}` of the runner rows
-our runners leave in Gitea, and the periodic sweep of offline rows whose runner Job is gone.
+Owns which runner Job deletions may go ahead, the runner rows our runners leave in Gitea (disabled,
+then deleted with their runner), and the periodic sweep of offline rows whose runner Job is gone.
 
-- A surplus idle runner (Redis knows no job for it) is deleted only when Gitea proves it idle: its row
-  is listed and neither its `busy` flag (a report on a task in the last 10 s) nor an `in_progress` job
-  in a complete jobs listing names it; or a complete one-page listing has no row of that name (it
-  never registered, or Gitea removed it after its job). Anything else, Gitea unreachable or a jobs
-  listing that moved under us included, keeps the runner: a Redis loss or a dropped `in_progress`
-  webhook never costs a running job. A runner found busy is not asked about again for `BUSY_HOLD`
-  seconds: it counts as busy meanwhile.
-- Its row is deleted before its Job, so it can take no job once the Job is going. What remains is the
-  moment between Gitea's answer and the DELETE (milliseconds, against act_runner's fetch interval of
-  seconds), in which Gitea could hand the runner a job; the row's deletion then fails that job.
-- Other deletions (a runner Pending too long, one whose job is over) go ahead whatever Gitea says; a
-  row they leave is swept later.
-- The sweep lists each (Gitea, scope, token) once per interval and deletes rows that are offline,
-  named like a runner Job of a group of that scope, and whose Job is finished or gone and holds no
-  seat (a Job being created holds one before the cache can show it).
+Every deletion, whatever its reason, goes through one protocol (`RunnerRows.vet`):
+1. **Find the row.** The group's scope is listed; a runner missing from it is looked for in the
+   wider scopes its API token can list (a repository's owner, then the instance): runners registered
+   with an org token while the group serves one repository are org runners.
+2. **Busy stays.** A row Gitea calls `busy`, or that an `in_progress` job of its scope names, is kept,
+   and counts as busy for `BUSY_HOLD` seconds without asking again.
+3. **Disable, wait, ask again.** An idle row is disabled (`PATCH`, Gitea >= 1.26): Gitea hands a
+   disabled runner no job. A fetch that read the runner just before the disable may still hand it
+   one, so after `settle` seconds the scope's `in_progress` jobs are read again; a runner that took a
+   job is kept (disabled, it runs that job to its end and exits). Only then is the row deleted, and
+   the Job after it. A Gitea without the call (405) gets the row deleted at once, as before 1.26.
+4. **No row.** A runner whose Pod never ran (`pending_timeout`) or whose job is over (`job_over`,
+   Gitea removes an ephemeral runner's row with its job) goes when the group's scope does not list it.
+   A surplus idle runner goes only when no scope its token can list holds its row (every listing
+   complete on one page); otherwise it is kept and reported `unlisted`: it registered where the group
+   cannot see it (the registration token's scope is not the group's), and Gitea cannot say it is idle.
+Gitea unreachable, a listing that moved under us, a refused call: the runner is kept and asked about
+later. A runner disabled but not confirmed idle stays due for deletion (`retiring`).
+
+The sweep lists each (Gitea, scope, token) once per interval and deletes rows that are offline,
+named like a runner Job of a group of that scope, and whose Job is finished or gone and holds no
+seat (a Job being created holds one before the cache can show it).
 Must not touch Redis; Kubernetes only through the cache and `Kube.secret_value`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from reconciler.gitea_paging import PAGE_SIZE
+from reconciler.gitea_scopes import owners, scope_of, wider
 from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
 from reconciler.kube import Kube, PermanentError, TransientError
-from reconciler.manifests import RUNNER_SUFFIX, job_name
 from reconciler.metrics import Metrics
 from reconciler.objects import GroupObject, JobObject
 from reconciler.plan import Delete
@@ -40,37 +48,26 @@ from webhook_scaler.gitea import ActionRunner
 
 log = logging.getLogger(__name__)
 BUSY_HOLD = 30.0  # seconds a runner Gitea called busy counts as busy without asking again
+SETTLE = 1.0  # seconds from disabling runners to asking again whether one took a job meanwhile
 
 
-async def scope_of(
-    kube: Kube,
-    spec: RunnerGroupSpec,
-    namespace: str,
-    *,
-    cache: dict[tuple[str, str, str], str | Exception] | None = None,
-) -> PollScope:
-    """The group's (Gitea URL, scope, API token); raises PermanentError or TransientError if the token
-    cannot be read. `cache` spares a second read of one Secret key in one cycle."""
-    ref = spec.auth_token.secret_ref
-    where = (namespace, ref.name, ref.key)
-    cache = {} if cache is None else cache
-    if where not in cache:
-        try:
-            cache[where] = await kube.secret_value(*where)
-        except (PermanentError, TransientError) as exc:
-            cache[where] = exc
-    token = cache[where]
-    if isinstance(token, Exception):
-        raise token
-    return PollScope(spec.gitea.url, spec.scope, "" if spec.scope == "global" else spec.target, token)
+@dataclass(frozen=True, slots=True)
+class Vetted:
+    """The deletions that may go ahead (each one's row gone from Gitea), and the runners kept because
+    no scope the group can list holds their row."""
+
+    allowed: list[Delete]
+    unlisted: list[str] = field(default_factory=list)
 
 
-def owners(name: str, groups: Iterable[GroupObject]) -> list[GroupObject]:
-    """The groups whose runner Jobs may be called `name`."""
-    match = RUNNER_SUFFIX.search(name)
-    if match is None:
-        return []
-    return [g for g in groups if job_name(g.name, match.group(1)) == name]
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """Where the runners' rows are: by name, the scope listing each and its row; and which names the
+    group's own scope (`missing_here`) or every scope its token can list (`absent`) proves missing."""
+
+    rows: dict[str, tuple[PollScope, ActionRunner]]
+    missing_here: set[str]
+    absent: set[str]
 
 
 @dataclass
@@ -82,57 +79,144 @@ class RunnerRows:
     metrics: Metrics
     busy_until: dict[tuple[str, str], float] = field(default_factory=dict)  # (namespace, Job) -> monotonic
     clock: Callable[[], float] = time.monotonic
+    settle: float = SETTLE
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    retiring: dict[tuple[str, str], Delete] = field(default_factory=dict)  # disabled, not yet confirmed idle
 
     def busy(self, namespace: str, name: str) -> bool:
         """Whether Gitea called this runner busy in the last BUSY_HOLD seconds."""
         return self.busy_until.get((namespace, name), 0.0) > self.clock()
 
-    async def vet(self, group: GroupObject, spec: RunnerGroupSpec, deletes: Sequence[Delete]) -> list[Delete]:
-        """The deletions that may go ahead, each one's Gitea row removed first."""
+    def still_retiring(self, namespace: str, alive: Collection[str]) -> list[Delete]:
+        """The runners of a namespace that were disabled but not yet confirmed idle, still alive."""
+        for key in [k for k in self.retiring if k[0] == namespace and k[1] not in alive]:
+            del self.retiring[key]
+        return [d for (ns, _), d in self.retiring.items() if ns == namespace]
+
+    async def vet(self, group: GroupObject, spec: RunnerGroupSpec, deletes: Sequence[Delete]) -> Vetted:
+        """The deletions that may go ahead, each one's Gitea row disabled, confirmed idle and removed first."""
         if not deletes:
-            return []
+            return Vetted([])
         now = self.clock()
         self.busy_until = {k: t for k, t in self.busy_until.items() if t > now}  # expired, or runners gone
         label = f"{group.namespace}/{group.name}"
-        surplus = [d for d in deletes if d.reason == "surplus_idle"]
         try:
             scope = await scope_of(self.kube, spec, group.namespace)
-            listed = await self.gitea.runners(scope)
-            running = await self._running_on(scope) if surplus else set()
+            found = await self._find(scope, {d.name for d in deletes})
+            running = await self._running({s for s, _ in found.rows.values()})
         except (GiteaError, PermanentError, TransientError) as exc:
-            if surplus:
-                log.warning(
-                    "runners kept: Gitea cannot say they are idle",
-                    extra={"group": group.name, "namespace": group.namespace, "error": str(exc)},
-                )
-            return [d for d in deletes if d.reason != "surplus_idle"]
-        rows = {r.name: r for r in listed.runners}
-        # One short page is one SELECT: a name missing from it is missing from Gitea. Several pages can
-        # miss a row without their count showing it (gitea_paging), so they never prove a runner gone.
-        complete = listed.complete and len(listed.runners) < PAGE_SIZE
+            names = [d.name for d in deletes]
+            self._kept(group, names, "unconfirmed", "runners kept: Gitea cannot say they are idle", exc)
+            return Vetted([])
         allowed: list[Delete] = []
+        unlisted: list[str] = []
+        idle: list[tuple[Delete, PollScope, ActionRunner]] = []
         for d in deletes:
-            row = rows.get(d.name)
-            if d.reason == "surplus_idle":
-                if row is not None and (row.busy or row.id in running):
-                    self.busy_until[(group.namespace, d.name)] = now + BUSY_HOLD
-                    self.metrics.runners_kept_busy.labels(group=label).inc()
-                    log.info("runner kept: Gitea says it is busy", extra={"group": group.name, "job": d.name})
+            where = found.rows.get(d.name)
+            if where is not None:
+                if self._busy(group, where[1], running, now=now):
                     continue
-                if row is None and not complete:
-                    continue  # not in a listing that may have moved under us: ask again next pass
-            deleted = row is None or await self._delete(scope, row, label, reason=d.reason)
-            if deleted or d.reason != "surplus_idle":  # a surplus runner whose row stays stays too
+                idle.append((d, *where))
+            elif d.name in found.absent or (d.reason != "surplus_idle" and d.name in found.missing_here):
+                allowed.append(d)
+            else:
+                unlisted.append(d.name)
+        if unlisted:
+            self._kept(group, unlisted, "unlisted", "runners kept: no scope the group's token can list holds their row")
+        allowed += await self._retire(group, idle, label)
+        for d in allowed:
+            self.retiring.pop((group.namespace, d.name), None)
+        return Vetted(allowed, unlisted)
+
+    def _busy(self, group: GroupObject, row: ActionRunner, running: set[int], *, now: float) -> bool:
+        """Whether Gitea says the runner runs a job; if so it counts as busy for BUSY_HOLD seconds."""
+        if not (row.busy or row.id in running):
+            return False
+        self.busy_until[(group.namespace, row.name)] = now + BUSY_HOLD
+        self.retiring.pop((group.namespace, row.name), None)
+        self.metrics.runners_kept_busy.labels(group=f"{group.namespace}/{group.name}").inc()
+        log.info("runner kept: Gitea says it is busy", extra={"group": group.name, "job": row.name})
+        return True
+
+    def _kept(self, group: GroupObject, names: Sequence[str], reason: str, message: str, exc: object = "") -> None:
+        self.metrics.runners_kept.labels(group=f"{group.namespace}/{group.name}", reason=reason).inc(len(names))
+        extra = {"group": group.name, "namespace": group.namespace, "runners": ", ".join(names)}
+        log.warning(message, extra={**extra, "error": str(exc)} if exc else extra)
+
+    async def _retire(
+        self, group: GroupObject, idle: Sequence[tuple[Delete, PollScope, ActionRunner]], label: str
+    ) -> list[Delete]:
+        """Disable idle rows, wait for fetches begun before, and delete the rows no job went to."""
+        allowed: list[Delete] = []
+        disabled: list[tuple[Delete, PollScope, ActionRunner]] = []
+        for d, scope, row in idle:
+            try:
+                now_row = await self.gitea.disable_runner(scope, row.id)
+            except GiteaError as exc:
+                if exc.status == 405 and await self._delete(scope, row, label, reason=d.reason):
+                    allowed.append(d)  # a Gitea before 1.26: no disabling, the row goes at once
+                elif exc.status != 405:
+                    self._kept(group, [d.name], "unconfirmed", "runner kept: Gitea refused to disable it", exc)
+                continue
+            if now_row is None:  # gone already: Gitea removed it with its job
+                allowed.append(d)
+                continue
+            if self._busy(group, now_row, set(), now=self.clock()):  # it took a job before the disable
+                continue
+            self.retiring[(group.namespace, d.name)] = d
+            self.metrics.runners_disabled.labels(group=label).inc()
+            log.info("runner disabled in gitea", extra={"runner": row.name, "id": row.id, "reason": d.reason})
+            disabled.append((d, scope, now_row))
+        if not disabled:
+            return allowed
+        await self.sleep(self.settle)
+        try:
+            running = await self._running({s for _, s, _ in disabled})
+        except GiteaError as exc:
+            self._kept(group, [d.name for d, _, _ in disabled], "unconfirmed", "runners kept disabled", exc)
+            return allowed
+        now = self.clock()
+        for d, scope, row in disabled:
+            if not self._busy(group, row, running, now=now) and await self._delete(scope, row, label, reason=d.reason):
                 allowed.append(d)
         return allowed
 
-    async def _running_on(self, scope: PollScope) -> set[int]:
-        """Ids of the runners Gitea lists an `in_progress` job on; GiteaError if the listing may have
-        missed one (rows moved between its pages)."""
-        listing = await self.gitea.jobs(scope)
-        if not listing.complete:
-            raise GiteaError("jobs listing incomplete: rows moved while it was read")
-        return {p.job.runner_id for p in listing.jobs if p.job.status == "in_progress" and p.job.runner_id}
+    async def _find(self, scope: PollScope, names: set[str]) -> _Found:
+        """Look for the rows of `names` in the group's scope, then in the wider ones for those missing;
+        GiteaError if the group's own scope cannot be listed."""
+        rows: dict[str, tuple[PollScope, ActionRunner]] = {}
+        missing_here: set[str] = set()
+        proven = True
+        for s in [scope, *wider(scope)]:
+            wanted = names - rows.keys()
+            if not wanted:
+                break
+            try:
+                listed = await self.gitea.runners(s)
+            except GiteaError:
+                if s is scope:
+                    raise
+                proven = False  # the token has no say there (403), or it did not answer
+                continue
+            rows.update((r.name, (s, r)) for r in listed.runners if r.name in wanted)
+            # One short page is one SELECT: a name missing from it is missing from Gitea. Several pages
+            # can miss a row without their count showing it (gitea_paging), so they never prove one gone.
+            complete = listed.complete and len(listed.runners) < PAGE_SIZE
+            if s is scope and complete:
+                missing_here = names - rows.keys()
+            proven = proven and complete
+        return _Found(rows, missing_here, (names - rows.keys()) if proven else set())
+
+    async def _running(self, scopes: Iterable[PollScope]) -> set[int]:
+        """Ids of the runners Gitea lists an `in_progress` job on in these scopes; GiteaError if a listing
+        may have missed one (rows moved between its pages)."""
+        out: set[int] = set()
+        for scope in scopes:
+            listing = await self.gitea.jobs(scope)
+            if not listing.complete:
+                raise GiteaError("jobs listing incomplete: rows moved while it was read")
+            out |= {p.job.runner_id for p in listing.jobs if p.job.status == "in_progress" and p.job.runner_id}
+        return out
 
     async def _delete(self, scope: PollScope, row: ActionRunner, label: str, *, reason: str) -> bool:
         try:

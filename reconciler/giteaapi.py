@@ -100,12 +100,15 @@ class GiteaClient:
         endpoint: str,
         *,
         ok: tuple[int, ...],
+        body: Any = None,
     ) -> tuple[Any, Mapping[str, str]]:
-        """The decoded body (None unless 200) and the response headers."""
+        """The decoded body (None unless 200) and the response headers; `body` is sent as JSON."""
         url = scope.url.rstrip("/") + "/api/v1" + path
         headers = {"Authorization": f"token {scope.token}", "Accept": "application/json"}
         try:
-            async with self.session.request(method, url, params=params, headers=headers, timeout=self.timeout) as resp:
+            async with self.session.request(
+                method, url, params=params, headers=headers, json=body, timeout=self.timeout
+            ) as resp:
                 if resp.status in ok:
                     self._on_request(endpoint, "ok")
                     body = await resp.json(content_type=None) if resp.status == 200 else None
@@ -192,6 +195,20 @@ class GiteaClient:
         """Remove a runner's row; one that is gone already (404) counts as removed."""
         path = f"{self._runners_path(scope)}/{runner_id}"
         await self._call("DELETE", scope, path, [], f"{scope.kind}_runner_delete", ok=(204, 404))
+
+    async def disable_runner(self, scope: PollScope, runner_id: int) -> ActionRunner | None:
+        """Tell Gitea to hand the runner no job (`PATCH`, Gitea >= 1.26); its row as it is now, or None
+        if it is gone (404). A Gitea without the call answers 405: GiteaError with that status."""
+        path = f"{self._runners_path(scope)}/{runner_id}"
+        body, _ = await self._call(
+            "PATCH", scope, path, [], f"{scope.kind}_runner_disable", ok=(200, 404), body={"disabled": True}
+        )
+        if body is None:
+            return None
+        try:
+            return ActionRunner.model_validate(body)
+        except ValidationError as exc:
+            raise GiteaError("runner does not fit the model") from exc
 
     async def user_repos(self, scope: PollScope) -> tuple[list[str], bool]:
         """`owner/name` of every repository the user owns, and whether the listing is complete."""

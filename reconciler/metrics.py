@@ -27,6 +27,12 @@ _HELP = {
         "see grs_job_queue_wait_seconds)."
     ),
     "grs_runners_kept_busy": "Surplus runners not deleted because Gitea said they run a job (Redis did not know).",
+    "grs_runners_kept": (
+        "Runners a deletion was refused for, by why: unlisted (no row of theirs in any scope the group's API "
+        "token can list: the registration token's scope is not the group's), unconfirmed (Gitea could not say "
+        "they are idle)."
+    ),
+    "grs_runners_disabled": "Runners disabled in Gitea (handed no job any more) before their deletion.",
     "grs_gitea_runners_removed": "Runner rows deleted in Gitea, by why their runner went (ghost: found by the sweep).",
     "grs_job_queue_wait_seconds": "From a job being queued to a runner of the group taking it: what developers wait.",
     "grs_job_run_seconds": "From a runner of the group taking a job to the job's completion.",
@@ -52,6 +58,8 @@ class Metrics:
     errors: Counter
     time_to_runner: Histogram
     runners_kept_busy: Counter
+    runners_kept: Counter
+    runners_disabled: Counter
     gitea_runners_removed: Counter
     queue_wait: Histogram
     run_seconds: Histogram
@@ -70,6 +78,8 @@ class Metrics:
             self.active_runners,
             self.errors,
             self.runners_kept_busy,
+            self.runners_kept,
+            self.runners_disabled,
             self.gitea_runners_removed,
             self.queue_wait,
             self.run_seconds,
@@ -95,6 +105,8 @@ class Metrics:
             errors=_counter(registry, "grs_reconcile_errors", "group", "kind"),
             time_to_runner=_histogram(registry, "grs_time_to_runner_seconds", buckets=_SECONDS),
             runners_kept_busy=_counter(registry, "grs_runners_kept_busy", "group"),
+            runners_kept=_counter(registry, "grs_runners_kept", "group", "reason"),
+            runners_disabled=_counter(registry, "grs_runners_disabled", "group"),
             gitea_runners_removed=_counter(registry, "grs_gitea_runners_removed", "group", "reason"),
             queue_wait=_histogram(registry, "grs_job_queue_wait_seconds", "group", buckets=_WAIT),
             run_seconds=_histogram(registry, "grs_job_run_seconds", "group", buckets=_RUN),

@@ -14,7 +14,8 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
-from reconciler.gitea_runners import RunnerRows, scope_of
+from reconciler.gitea_runners import RunnerRows
+from reconciler.gitea_scopes import scope_of
 from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
 from reconciler.kube import Kube, PermanentError, TransientError
 from reconciler.objects import GroupObject, JobObject

@@ -33,3 +33,4 @@ class GroupState:
     due: bool = True
     seated: set[str] | None = None  # the seats held after the last pass (None: not read yet)
     epoch: str = ""  # the seat epoch whose active Jobs this replica has seated
+    unlisted: tuple[str, ...] = ()  # runners kept: no scope the group's API token can list holds their row

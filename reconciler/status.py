@@ -75,6 +75,18 @@ def _health(backoff: Backoff | None, failed: Sequence[Runner]) -> Condition:
     return Condition("RunnersHealthy", "False", reason, message)
 
 
+def _listed(unlisted: Sequence[str], scope: str) -> Condition:
+    if not unlisted:
+        message = "Gitea lists every runner asked about where the group can see it"
+        return Condition("RunnersListed", "True", "Listed", message)
+    message = (
+        f"Gitea lists no row of runner(s) {', '.join(sorted(unlisted))} in the group's scope ({scope}) nor in any scope"
+        " its API token can list: they registered elsewhere (give the group a registration token of its own scope)."
+        " They are not deleted while Gitea cannot say they are idle."
+    )
+    return Condition("RunnersListed", "False", "NotInScope", message)
+
+
 def desired_status(
     *,
     generation: int,
@@ -88,6 +100,8 @@ def desired_status(
     failed: Sequence[Runner],
     backoff: Backoff | None = None,
     error: str = "",
+    unlisted: Sequence[str] = (),
+    scope: str = "",
 ) -> dict[str, Any]:
     """The whole status object for this pass (`error`: a permanent error that stopped the group)."""
     stamp = timestamp(now)
@@ -100,14 +114,14 @@ def desired_status(
     else:
         ready = Condition("Ready", "True", "Reconciled", "runners follow the queued jobs")
     reach = gitea or Condition("GiteaReachable", "Unknown", "NotPolledYet", "no poll of Gitea has finished yet")
-    health = _health(backoff, failed)
+    health, listed = _health(backoff, failed), _listed(unlisted, scope)
     status: dict[str, Any] = {
         "target": spec.target if spec else "",
         "activeRunners": counts.active if counts else 0,
         "idleRunners": counts.idle if counts else 0,
         "queuedJobs": counts.queued if counts else 0,
         "observedGeneration": generation,
-        "conditions": _conditions(previous, [ready, reach, health], now=stamp, generation=generation),
+        "conditions": _conditions(previous, [ready, reach, health, listed], now=stamp, generation=generation),
     }
     check = last_poll or previous.get("lastCheckTime")
     if check:

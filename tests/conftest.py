@@ -15,6 +15,7 @@ import pytest
 from redis.asyncio import Redis
 
 from reconciler.crd import crd
+from tests import fake_gitea
 from tests.kube_cluster import KubeCluster, apply_crd
 from tests.order import VARIABLE, arranged
 from tests.redis_server import RedisServer
@@ -27,6 +28,17 @@ SECRET = "gitea-webhook-test-secret"
 def pytest_report_header() -> str | None:
     order = os.environ.get(VARIABLE, "")
     return f"{VARIABLE}={order}: the tests of each module run in this order, not as written" if order else None
+
+
+@pytest.fixture(autouse=True)
+def gitea_answers_checked() -> Iterator[None]:
+    """Every fake Gitea a test made answered as Gitea's spec says; a failed check fails the test (it was
+    never turned into a 500 that the product would retry)."""
+    yield
+    errors = [e for fake in fake_gitea.LIVE for e in fake.errors]
+    for fake in fake_gitea.LIVE:
+        fake.errors.clear()
+    assert not errors, "the fake Gitea answered outside Gitea's spec:\n" + "\n".join(errors)
 
 
 @pytest.hookimpl(trylast=True)

@@ -1,7 +1,10 @@
 """An in-process fake of the Gitea Actions API, kept honest against Gitea's own OpenAPI spec.
 
-Every response body it sends is validated against tests/data/gitea/swagger.v1.json (Gitea 1.25.5),
-so it cannot drift from what Gitea really sends. It reproduces the quirks the poller must survive:
+Every response body it sends is validated against tests/data/gitea/swagger.v1.json (Gitea 1.25.5;
+the runner `PATCH` of 1.26 against swagger.v1.1.26.0-dev.json, request body included), so it cannot
+drift from what Gitea really sends. A failed check is recorded, not answered as a 500 (which the
+product would retry as transient): the autouse fixture in tests/conftest.py fails the test.
+It reproduces the quirks the poller must survive:
 `limit` capped at 50, every row when `page` is omitted, repeatable `status`, 400 on an unknown
 status, and `steps: null` in lists.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +55,9 @@ class SwaggerValidator:
         root: dict[str, Any] = {**self.spec, **schema}
         jsonschema.Draft4Validator(root).validate(body)
 
-    def response(self, path: str, body: Any) -> None:
-        """Raise jsonschema.ValidationError unless `body` fits GET `path`'s 200 response."""
-        ref = self.spec["paths"][path]["get"]["responses"]["200"]["$ref"]
+    def response(self, path: str, body: Any, *, method: str = "get") -> None:
+        """Raise jsonschema.ValidationError unless `body` fits `method path`'s 200 response."""
+        ref = self.spec["paths"][path][method]["responses"]["200"]["$ref"]
         if ref.startswith("#/definitions/"):  # the runners lists point at a definition, not a response
             self._check({"$ref": ref}, body)
         else:
@@ -63,6 +67,14 @@ class SwaggerValidator:
         """Whether Gitea's spec documents this answer to `method path`."""
         return str(status) in self.spec["paths"][path][method.lower()]["responses"]
 
+    def request(self, method: str, path: str, body: Any) -> None:
+        """Raise jsonschema.ValidationError unless `body` fits `method path`'s body parameter."""
+        (param,) = [p for p in self.spec["paths"][path][method.lower()]["parameters"] if p["in"] == "body"]
+        self._check(param["schema"], body)
+
+
+LIVE: list[FakeGitea] = []  # every fake made, for the check that fails the test it answered badly in
+
 
 class FakeGitea:
     """Jobs by repository, served the way Gitea 1.25 serves them."""
@@ -70,6 +82,13 @@ class FakeGitea:
     def __init__(self, *, token: str) -> None:
         self.token = token
         self.validator = SwaggerValidator()
+        self.validator_126 = SwaggerValidator(DATA / "swagger.v1.1.26.0-dev.json")
+        self.errors: list[str] = []  # failed checks against Gitea's spec
+        # called after an answer to the endpoint is made, before it is sent: a test's interleaving
+        self.after: dict[str, Callable[[], None]] = {}
+        self.disable_supported = True  # False: answer PATCH as Gitea 1.25 does (405)
+        self.refused: set[str] = set()  # endpoints the token may not use (403), e.g. "global_runners"
+        LIVE.append(self)
         self.jobs: dict[int, dict[str, Any]] = {}
         self.repos: dict[str, dict[str, Any]] = {}
         self.requests: Counter[str] = Counter()
@@ -112,6 +131,7 @@ class FakeGitea:
             "status": status,
             "busy": busy,
             "ephemeral": True,
+            "disabled": False,
             "labels": [{"id": 0, "name": "k8s", "type": "custom"}],
             "_scope": scope,
         }
@@ -137,6 +157,7 @@ class FakeGitea:
         ):
             app.router.add_get(f"/api/v1{prefix}/actions/runners", self._list_runners(prefix, kind))
             app.router.add_delete(f"/api/v1{prefix}/actions/runners/{{runner_id}}", self._delete_runner(prefix, kind))
+            app.router.add_patch(f"/api/v1{prefix}/actions/runners/{{runner_id}}", self._patch_runner(prefix, kind))
         return app
 
     @staticmethod
@@ -155,10 +176,47 @@ class FakeGitea:
                 {k: v for k, v in r.items() if k != "_scope"} for r in self.runners.values() if r["_scope"] == scope
             ]
             body = {"runners": self._page(request, rows), "total_count": len(rows)}
-            self.validator.response(f"{prefix}/actions/runners", body)
-            return web.json_response(body)
+            self._valid(self.validator.response, f"{prefix}/actions/runners", body)
+            return self._answer(f"{kind}_runners", body)
 
         return handle
+
+    def _patch_runner(self, prefix: str, kind: str) -> Any:
+        async def handle(request: web.Request) -> web.Response:
+            if not self.disable_supported:
+                return web.Response(status=405)
+            denied = self._auth(request, f"{kind}_runner_disable")
+            if denied:
+                return denied
+            path = f"{prefix}/actions/runners/{{runner_id}}"
+            form = await request.json()
+            self._valid(self.validator_126.request, "PATCH", path, form)
+            row = self.runners.get(int(request.match_info["runner_id"]))
+            if row is None or row["_scope"] != self._scope_of(request, kind):
+                self._valid(self._documented, "PATCH", path, 404)
+                return web.json_response({"message": "runner not found"}, status=404)
+            row["disabled"] = bool(form.get("disabled"))
+            body = {k: v for k, v in row.items() if k != "_scope"}
+            self._valid(self.validator_126.response, path, body, method="patch")
+            return self._answer(f"{kind}_runner_disable", body)
+
+        return handle
+
+    def _documented(self, method: str, path: str, status: int) -> None:
+        if not self.validator_126.has(method, path, status):
+            raise AssertionError(f"{method} {path} answered {status}, which Gitea's spec does not document")
+
+    def _valid(self, check: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        try:
+            check(*args, **kwargs)
+        except Exception as exc:  # recorded for the test to fail on, never answered as a 500
+            self.errors.append(f"{getattr(check, '__name__', check)}{args[:2]}: {exc}"[:2000])
+
+    def _answer(self, endpoint: str, body: Any) -> web.Response:
+        hook = self.after.get(endpoint)
+        if hook is not None:
+            hook()
+        return web.json_response(body)
 
     def _delete_runner(self, prefix: str, kind: str) -> Any:
         async def handle(request: web.Request) -> web.Response:
@@ -169,11 +227,14 @@ class FakeGitea:
             row = self.runners.get(runner_id)
             path = f"{prefix}/actions/runners/{{runner_id}}"
             if row is None or row["_scope"] != self._scope_of(request, kind):  # unknown or outside the scope
-                assert self.validator.has("DELETE", path, 404)
+                self._valid(self._documented, "DELETE", path, 404)
                 return web.json_response({"message": "runner not found"}, status=404)
             del self.runners[runner_id]
             self.deleted.append(runner_id)
-            assert self.validator.has("DELETE", path, 204)
+            self._valid(self._documented, "DELETE", path, 204)
+            hook = self.after.get(f"{kind}_runner_delete")
+            if hook is not None:
+                hook()
             return web.Response(status=204)
 
         return handle
@@ -182,6 +243,8 @@ class FakeGitea:
         self.requests[endpoint] += 1
         if request.headers.get("Authorization") not in (f"token {self.token}", f"Bearer {self.token}"):
             return web.json_response({"message": "token is required"}, status=401)
+        if endpoint in self.refused:
+            return web.json_response({"message": "token does not have at least one of required scope(s)"}, status=403)
         if self.fail_with:
             return web.json_response({"message": "injected"}, status=self.fail_with)
         return None
@@ -193,7 +256,9 @@ class FakeGitea:
         page = max(int(request.query["page"]), 1)
         return rows[(page - 1) * limit : page * limit]
 
-    def _jobs_response(self, request: web.Request, swagger_path: str, repo_filter: Any) -> web.Response:
+    def _jobs_response(
+        self, request: web.Request, swagger_path: str, repo_filter: Any, *, endpoint: str
+    ) -> web.Response:
         wanted: set[str] = set()
         for value in request.query.getall("status", []):
             if value not in _STATUS_QUERY:
@@ -201,28 +266,32 @@ class FakeGitea:
             wanted |= _STATUS_QUERY[value]
         rows = [j for j in self.jobs.values() if repo_filter(self.repo_of(j)) and (not wanted or j["status"] in wanted)]
         body = {"jobs": self._page(request, rows), "total_count": len(rows)}
-        self.validator.response(swagger_path, body)
-        return web.json_response(body)
+        self._valid(self.validator.response, swagger_path, body)
+        return self._answer(endpoint, body)
 
     async def _repo_jobs(self, request: web.Request) -> web.Response:
         denied = self._auth(request, "repo_jobs")
         if denied:
             return denied
         full = f"{request.match_info['owner']}/{request.match_info['repo']}".lower()
-        return self._jobs_response(request, "/repos/{owner}/{repo}/actions/jobs", lambda r: r.lower() == full)
+        return self._jobs_response(
+            request, "/repos/{owner}/{repo}/actions/jobs", lambda r: r.lower() == full, endpoint="repo_jobs"
+        )
 
     async def _org_jobs(self, request: web.Request) -> web.Response:
         denied = self._auth(request, "org_jobs")
         if denied:
             return denied
         org = request.match_info["org"].lower()
-        return self._jobs_response(request, "/orgs/{org}/actions/jobs", lambda r: r.split("/")[0].lower() == org)
+        return self._jobs_response(
+            request, "/orgs/{org}/actions/jobs", lambda r: r.split("/")[0].lower() == org, endpoint="org_jobs"
+        )
 
     async def _admin_jobs(self, request: web.Request) -> web.Response:
         denied = self._auth(request, "admin_jobs")
         if denied:
             return denied
-        return self._jobs_response(request, "/admin/actions/jobs", lambda r: True)
+        return self._jobs_response(request, "/admin/actions/jobs", lambda r: True, endpoint="admin_jobs")
 
     async def _user_repos(self, request: web.Request) -> web.Response:
         denied = self._auth(request, "user_repos")
@@ -231,5 +300,5 @@ class FakeGitea:
         user = request.match_info["username"].lower()
         rows = [r for full, r in self.repos.items() if full.split("/")[0].lower() == user]
         body = self._page(request, rows)
-        self.validator.response("/users/{username}/repos", body)
-        return web.json_response(body)
+        self._valid(self.validator.response, "/users/{username}/repos", body)
+        return self._answer("user_repos", body)

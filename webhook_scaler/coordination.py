@@ -59,6 +59,7 @@ class Activity:
     busy: set[str]
     done_ms: dict[str, int]
     queued: set[int] = field(default_factory=set)
+    busy_ms: dict[str, int] = field(default_factory=dict)  # busy runners: since when (Redis ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,8 +198,10 @@ def _held(flat: Sequence[Any]) -> dict[str, int]:
 
 def _activity(runners: Sequence[str], jobs: Sequence[int], busy: Any, done: Any, states: Any) -> Activity:
     """An ACTIVITY reply (or BEGIN's part of one) as an `Activity`."""
+    busy_ms = {r: int(float(text(v))) for r, v in zip(runners, busy, strict=True) if v}
     return Activity(
-        busy={r for r, v in zip(runners, busy, strict=True) if v},
+        busy=set(busy_ms),
         done_ms={r: int(float(text(v))) for r, v in zip(runners, done, strict=True) if v},
         queued={j for j, s in zip(jobs, states, strict=True) if s and text(s) == "queued"},
+        busy_ms=busy_ms,
     )

@@ -155,13 +155,15 @@ class RepositoryRef(_Model):
 
 class ActionRunner(_Model):
     """A runner as `GET .../actions/runners` lists it (1.24+). `status` is `online` or `offline` (no
-    contact for a minute); `busy` means it reported on a task in the last 10 s."""
+    contact for a minute); `busy` means it reported on a task in the last 10 s; `disabled` (1.26+):
+    Gitea hands it no job."""
 
     id: Id
     name: Name
     status: Text = ""
     busy: StrictBool = False
     ephemeral: StrictBool = False
+    disabled: StrictBool = False
 
 
 class ActionRunnersResponse(_Model):

@@ -12,7 +12,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
-from reconciler.gitea_runners import RunnerRows, owners, scope_of
+from reconciler.gitea_runners import SETTLE, RunnerRows, Vetted
+from reconciler.gitea_scopes import owners, scope_of
 from reconciler.giteaapi import GiteaClient
 from reconciler.kube import Kube
 from reconciler.manifests import job_name
@@ -42,10 +43,22 @@ async def gitea(aiohttp_server: MakeServer) -> tuple[FakeGitea, str]:
     return fake, str(server.make_url("")).rstrip("/")
 
 
-async def vet(url: str, deletes: list[Delete], *, now: float = 0.0) -> tuple[list[Delete], RunnerRows]:
+async def vet(
+    url: str, deletes: list[Delete], *, now: float = 0.0, rows: RunnerRows | None = None, **spec_changes: Any
+) -> tuple[Vetted, RunnerRows]:
     async with aiohttp.ClientSession() as session:
-        rows = RunnerRows(GiteaClient(session), _kube(), Metrics.create(CollectorRegistry()), clock=lambda: now)
-        return await rows.vet(GROUP, spec(gitea={"url": url}), deletes), rows
+        rows = rows or runner_rows(clock=lambda: now)
+        rows.gitea = GiteaClient(session)
+        return await rows.vet(GROUP, spec(gitea={"url": url}, **spec_changes), deletes), rows
+
+
+def runner_rows(**kwargs: Any) -> RunnerRows:
+    """Rows whose wait between disabling and asking again is none: the tests hold that step with hooks."""
+
+    async def no_wait(seconds: float) -> None:
+        assert seconds == SETTLE
+
+    return RunnerRows(None, _kube(), Metrics.create(CollectorRegistry()), sleep=no_wait, **kwargs)  # type: ignore[arg-type]
 
 
 def _kube() -> Kube:
@@ -56,58 +69,145 @@ def surplus(name: str) -> Delete:
     return Delete(name, "surplus_idle")
 
 
-async def test_a_surplus_runner_gitea_lists_idle_goes_with_its_row(gitea: tuple[FakeGitea, str]) -> None:
-    fake, url = gitea
-    idle = fake.add_runner("builders-w-aaaaaa")
-    other = fake.add_runner("builders-w-bbbbbb")
-    allowed, _ = await vet(url, [surplus("builders-w-aaaaaa")])
-    assert allowed == [surplus("builders-w-aaaaaa")]
-    assert fake.deleted == [idle] and other in fake.runners
+def once(action: Callable[[], None]) -> Callable[[], None]:
+    """A hook that acts the first time only."""
+    done: list[bool] = []
+
+    def hook() -> None:
+        if not done:
+            done.append(True)
+            action()
+
+    return hook
 
 
-@pytest.mark.parametrize("how", ["busy flag", "in_progress job"])
-async def test_a_surplus_runner_gitea_sees_running_a_job_stays_and_counts_as_busy(
-    gitea: tuple[FakeGitea, str], how: str
-) -> None:
-    fake, url = gitea
-    runner = fake.add_runner("builders-7-abcd", busy=how == "busy flag")
-    if how == "in_progress job":  # a silent step: no report for 10 s, so `busy` reads false
-        job = fake.add_job(7, repo="acme/widgets", status="in_progress")
-        job.update(runner_id=runner, runner_name="builders-7-abcd")
-    allowed, rows = await vet(url, [surplus("builders-7-abcd")], now=100.0)
-    assert allowed == [] and fake.deleted == []
-    assert rows.busy("ci", "builders-7-abcd"), "it counts as busy without asking Gitea again"
-    rows.clock = lambda: 131.0
-    assert not rows.busy("ci", "builders-7-abcd"), "then Gitea is asked again"
-
-
-async def test_nothing_surplus_goes_when_gitea_cannot_answer(gitea: tuple[FakeGitea, str]) -> None:
-    fake, url = gitea
-    fake.add_runner("builders-w-aaaaaa")
-    fake.fail_with = 503
-    over = Delete("builders-3-abcd", "job_over", 3)
-    allowed, _ = await vet(url, [surplus("builders-w-aaaaaa"), over])
-    assert allowed == [over], "a runner whose job is over goes anyway; its row is swept later"
-
-
-async def test_a_runner_missing_from_a_complete_listing_goes_and_from_a_paged_one_stays(
+async def test_a_surplus_runner_gitea_lists_idle_is_disabled_then_goes_with_its_row(
     gitea: tuple[FakeGitea, str],
 ) -> None:
     fake, url = gitea
+    idle = fake.add_runner("builders-w-aaaaaa")
+    other = fake.add_runner("builders-w-bbbbbb")
+    seen: list[bool] = []
+    fake.after["org_runner_delete"] = lambda: seen.append(fake.requests["org_runner_disable"] == 1)
+    vetted, _ = await vet(url, [surplus("builders-w-aaaaaa")])
+    assert vetted.allowed == [surplus("builders-w-aaaaaa")] and vetted.unlisted == []
+    assert fake.deleted == [idle] and other in fake.runners and not fake.runners[other]["disabled"]
+    assert seen == [True], "disabled before its row was deleted"
+
+
+@pytest.mark.parametrize("how", ["busy flag", "in_progress job"])
+@pytest.mark.parametrize("reason", ["surplus_idle", "pending_timeout", "job_over"])
+async def test_a_runner_gitea_sees_running_a_job_stays_whatever_the_reason(
+    gitea: tuple[FakeGitea, str], how: str, reason: str
+) -> None:
+    fake, url = gitea
+    runner = fake.add_runner("builders-7-0", busy=how == "busy flag")
+    if how == "in_progress job":  # a silent step: no report for 10 s, so `busy` reads false
+        job = fake.add_job(7, repo="acme/widgets", status="in_progress")
+        job.update(runner_id=runner, runner_name="builders-7-0")
+    vetted, rows = await vet(url, [Delete("builders-7-0", reason, 7)], now=100.0)
+    assert vetted.allowed == [] and fake.deleted == [] and not fake.runners[runner]["disabled"]
+    assert rows.busy("ci", "builders-7-0"), "it counts as busy without asking Gitea again"
+    rows.clock = lambda: 131.0
+    assert not rows.busy("ci", "builders-7-0"), "then Gitea is asked again"
+
+
+async def test_a_runner_handed_a_job_while_its_deletion_is_decided_keeps_it(gitea: tuple[FakeGitea, str]) -> None:
+    fake, url = gitea
+    runner = fake.add_runner("builders-w-aaaaaa")
+
+    def handed_a_job() -> None:  # Gitea hands the idle runner a job just after saying it runs none
+        job = fake.add_job(9, repo="acme/widgets", status="in_progress")
+        job.update(runner_id=runner, runner_name="builders-w-aaaaaa")
+
+    fake.after["org_jobs"] = once(handed_a_job)
+    vetted, rows = await vet(url, [surplus("builders-w-aaaaaa")], now=5.0)
+    assert vetted.allowed == [] and fake.deleted == [], "the runner runs the job it took to its end"
+    assert fake.runners[runner]["disabled"], "and takes no other: it stays disabled"
+    assert rows.busy("ci", "builders-w-aaaaaa")
+
+
+async def test_before_gitea_1_26_an_idle_runner_goes_without_being_disabled(gitea: tuple[FakeGitea, str]) -> None:
+    fake, url = gitea
+    fake.disable_supported = False
+    idle = fake.add_runner("builders-w-aaaaaa")
+    vetted, _ = await vet(url, [surplus("builders-w-aaaaaa")])
+    assert vetted.allowed == [surplus("builders-w-aaaaaa")] and fake.deleted == [idle]
+
+
+async def test_a_runner_disabled_but_not_confirmed_idle_stays_due_for_deletion(gitea: tuple[FakeGitea, str]) -> None:
+    fake, url = gitea
+    runner = fake.add_runner("builders-w-aaaaaa")
+
+    def gitea_goes_down() -> None:
+        fake.fail_with = 503
+
+    fake.after["org_runner_disable"] = gitea_goes_down
+    vetted, rows = await vet(url, [surplus("builders-w-aaaaaa")])
+    assert vetted.allowed == [] and fake.runners[runner]["disabled"] and fake.deleted == []
+    assert rows.still_retiring("ci", {"builders-w-aaaaaa"}) == [surplus("builders-w-aaaaaa")], "due though unplanned"
+    fake.fail_with = None
+    fake.after.clear()
+    vetted, _ = await vet(url, rows.still_retiring("ci", {"builders-w-aaaaaa"}), rows=rows)
+    assert vetted.allowed == [surplus("builders-w-aaaaaa")] and fake.deleted == [runner]
+    assert rows.still_retiring("ci", {"builders-w-aaaaaa"}) == []
+    rows.retiring[("ci", "builders-w-gone00")] = surplus("builders-w-gone00")
+    assert rows.still_retiring("ci", set()) == [], "a runner whose Job is gone is forgotten"
+
+
+@pytest.mark.parametrize("reason", ["surplus_idle", "pending_timeout", "job_over"])
+async def test_nothing_goes_when_gitea_cannot_answer(gitea: tuple[FakeGitea, str], reason: str) -> None:
+    fake, url = gitea
+    fake.add_runner("builders-3-0")
+    fake.fail_with = 503
+    vetted, _ = await vet(url, [Delete("builders-3-0", reason, 3)])
+    assert vetted.allowed == [], "Gitea unreachable: the runner is kept and asked about later"
+
+
+async def test_a_repo_groups_runner_registered_with_an_org_token_is_found_in_the_org(
+    gitea: tuple[FakeGitea, str],
+) -> None:
+    fake, url = gitea
+    # The group serves one repository, but its runners registered with the org's token: org runners,
+    # which the repository's runner list never shows. This one runs a job (a silent step) of another
+    # repository of the org.
+    runner = fake.add_runner("builders-w-aaaaaa", scope=("org", "acme"))
+    job = fake.add_job(11, repo="acme/other", status="in_progress")
+    job.update(runner_id=runner, runner_name="builders-w-aaaaaa")
+    repo_group: dict[str, Any] = {"scope": "repo", "repo": "acme/widgets"}
+    vetted, _ = await vet(url, [surplus("builders-w-aaaaaa")], **repo_group)
+    assert vetted.allowed == [] and fake.deleted == [], "busy in the org: kept"
+    job["status"] = "completed"
+    vetted, _ = await vet(url, [surplus("builders-w-aaaaaa")], **repo_group)
+    assert vetted.allowed == [surplus("builders-w-aaaaaa")] and fake.deleted == [runner], "idle: deleted where it is"
+
+
+@pytest.mark.parametrize("reason", ["pending_timeout", "job_over"])
+async def test_a_runner_never_registered_or_removed_with_its_job_goes(
+    gitea: tuple[FakeGitea, str], reason: str
+) -> None:
+    fake, url = gitea
     fake.add_runner("someone-elses-runner")
-    allowed, _ = await vet(url, [surplus("builders-w-cccccc")])
-    assert allowed == [surplus("builders-w-cccccc")], "never registered, or Gitea removed it after its job"
+    fake.refused = {"global_runners"}
+    vetted, _ = await vet(url, [Delete("builders-4-0", reason, 4)])
+    assert vetted.allowed == [Delete("builders-4-0", reason, 4)], (
+        "its scope lists no row: its Pod never ran, or Gitea removed it"
+    )
+
+
+async def test_a_surplus_runner_no_listable_scope_holds_is_kept_and_reported(gitea: tuple[FakeGitea, str]) -> None:
+    fake, url = gitea
+    fake.add_runner("someone-elses-runner")
+    vetted, _ = await vet(url, [surplus("builders-w-cccccc")])
+    assert vetted.allowed == [surplus("builders-w-cccccc")], "no scope holds it: Gitea removed it after its job"
+    fake.refused = {"global_runners"}  # the instance's runners: only a site admin's token lists them
+    vetted, _ = await vet(url, [surplus("builders-w-cccccc")])
+    assert vetted.allowed == [] and vetted.unlisted == ["builders-w-cccccc"]
+    fake.refused = set()
     for i in range(60):  # two pages: rows may move between the pages while they are read
         fake.add_runner(f"other-{i}")
-    allowed, _ = await vet(url, [surplus("builders-w-cccccc")])
-    assert allowed == []
-
-
-async def test_a_runner_going_for_another_reason_goes_with_its_row(gitea: tuple[FakeGitea, str]) -> None:
-    fake, url = gitea
-    row = fake.add_runner("builders-4-abcd", busy=True)  # busy or not: its Pod never ran, or its job is over
-    allowed, _ = await vet(url, [Delete("builders-4-abcd", "pending_timeout", 4)])
-    assert allowed == [Delete("builders-4-abcd", "pending_timeout", 4)] and fake.deleted == [row]
+    vetted, _ = await vet(url, [surplus("builders-w-cccccc")])
+    assert vetted.allowed == []
 
 
 def job(name: str, finished: str = "") -> JobObject:
@@ -128,7 +228,8 @@ async def test_the_sweep_deletes_offline_rows_of_ours_whose_job_is_gone_or_done(
     jobs = {("ci", j.name): j for j in (job("builders-w-000002"), job("builders-5-abcd", "Complete"))}
     scope_groups = [GROUP]
     async with aiohttp.ClientSession() as session:
-        rows = RunnerRows(GiteaClient(session), _kube(), Metrics.create(CollectorRegistry()))
+        rows = runner_rows()
+        rows.gitea = GiteaClient(session)
         scope = await _scope(url)
         removed = await rows.sweep({scope: scope_groups}, jobs, {"u-1": {"builders-w-000004"}})
     assert removed == 2 and sorted(fake.deleted) == sorted([gone, done])

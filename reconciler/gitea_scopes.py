@@ -1,0 +1,53 @@
+"""Where a group's runners live in Gitea: the (Gitea, scope, API token) a group polls and deletes rows
+in, the wider scopes its runners may have registered in instead, and which groups a runner's name can
+belong to. Must not call Gitea; Kubernetes only through `Kube.secret_value`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from reconciler.giteaapi import PollScope
+from reconciler.kube import Kube, PermanentError, TransientError
+from reconciler.manifests import RUNNER_SUFFIX, job_name
+from reconciler.objects import GroupObject
+from reconciler.spec import RunnerGroupSpec
+
+
+async def scope_of(
+    kube: Kube,
+    spec: RunnerGroupSpec,
+    namespace: str,
+    *,
+    cache: dict[tuple[str, str, str], str | Exception] | None = None,
+) -> PollScope:
+    """The group's (Gitea URL, scope, API token); raises PermanentError or TransientError if the token
+    cannot be read. `cache` spares a second read of one Secret key in one cycle."""
+    ref = spec.auth_token.secret_ref
+    where = (namespace, ref.name, ref.key)
+    cache = {} if cache is None else cache
+    if where not in cache:
+        try:
+            cache[where] = await kube.secret_value(*where)
+        except (PermanentError, TransientError) as exc:
+            cache[where] = exc
+    token = cache[where]
+    if isinstance(token, Exception):
+        raise token
+    return PollScope(spec.gitea.url, spec.scope, "" if spec.scope == "global" else spec.target, token)
+
+
+def owners(name: str, groups: Iterable[GroupObject]) -> list[GroupObject]:
+    """The groups whose runner Jobs may be called `name`."""
+    match = RUNNER_SUFFIX.search(name)
+    if match is None:
+        return []
+    return [g for g in groups if job_name(g.name, match.group(1)) == name]
+
+
+def wider(scope: PollScope) -> list[PollScope]:
+    """The scopes beyond the group's own that may hold its runners' rows: a repository's owner (an
+    org), then the instance."""
+    out = [replace(scope, kind="org", target=scope.target.split("/", 1)[0])] if scope.kind == "repo" else []
+    return out if scope.kind == "global" else [*out, replace(scope, kind="global", target="")]

@@ -1,0 +1,63 @@
+"""Gitea's word on a runner counts for the runner Job that has its name now, never for an earlier one.
+
+A runner Job's name comes back once the Job before it is gone (the n-th runner of a job, a group
+recreated); Redis keeps what Gitea said about runners by name for a day. A fact recorded before the Job
+was created is about another runner."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+
+from reconciler.apply import FACT_SKEW_MS, GroupPass
+from reconciler.objects import GroupObject, JobObject, PodObject
+from reconciler.phases import Phase
+from reconciler.settings import Settings
+from webhook_scaler.coordination import Activity
+
+GROUP = GroupObject("ci", "builders", "uid-1", 1, {}, {})
+CREATED_MS = 1_800_000_000_000
+
+
+class NeverBusy:
+    def busy(self, namespace: str, name: str) -> bool:
+        return False
+
+
+def phase(activity: Activity) -> Phase:
+    group_pass = GroupPass(
+        Settings(),
+        kube=cast(Any, None),
+        coordination=cast(Any, None),
+        rows=cast(Any, NeverBusy()),
+        metrics=cast(Any, None),
+        wake=lambda _state, _at: None,
+        reports=cast(Any, None),
+    )
+    group_pass.jobs_by_group = {
+        ("ci", "builders"): [JobObject("ci", "builders-7-0", "builders", 7, CREATED_MS, "", "")]
+    }
+    pod = PodObject("ci", "builders-7-0-x", "builders-7-0", "Running", CREATED_MS, CREATED_MS + 3000)
+    group_pass.pods_by_job = {("ci", "builders-7-0"): [pod]}
+    (runner,) = group_pass.runners(GROUP, activity)
+    return runner.phase
+
+
+@pytest.mark.parametrize(
+    ("at_ms", "busy", "done"),
+    [
+        pytest.param(CREATED_MS - 3600_000, Phase.IDLE, Phase.IDLE, id="an hour before the Job: another runner's"),
+        pytest.param(CREATED_MS - FACT_SKEW_MS - 1, Phase.IDLE, Phase.IDLE, id="just past the clocks' skew"),
+        pytest.param(CREATED_MS - FACT_SKEW_MS, Phase.BUSY, Phase.FINISHING, id="within the clocks' skew"),
+        pytest.param(CREATED_MS + 5000, Phase.BUSY, Phase.FINISHING, id="after the Job: this runner's"),
+    ],
+)
+def test_a_fact_counts_only_if_it_is_not_older_than_the_job(at_ms: int, busy: Phase, done: Phase) -> None:
+    name = "builders-7-0"
+    assert phase(Activity({name}, {}, busy_ms={name: at_ms})) is busy
+    assert phase(Activity(set(), {name: at_ms})) is done
+
+
+def test_with_no_fact_a_running_runner_is_idle() -> None:
+    assert phase(Activity(set(), {})) is Phase.IDLE
