@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from reconciler.gitea_runners import RunnerRows
-from reconciler.kube import Kube
+from reconciler.kube import Kube, TransientError
 from reconciler.metrics import Metrics
 from reconciler.objects import GroupObject, JobObject, PodObject
 from reconciler.phases import Phase, Runner, classify
@@ -118,8 +118,10 @@ class GroupPass:
         if decided.wake_at_ms is not None:
             self.wake_at(state, decided.wake_at_ms)
         label = f"{group.namespace}/{group.name}"
-        await self._apply_deletes(group, spec, decided, state, label)
-        created = await self._creates(group, spec, decided.create if ready.wait_until_ms is None else (), ready, label)
+        kept = await self._apply_deletes(group, spec, decided, state, label)
+        # A runner whose deletion Gitea did not allow still serves its job: it gets no replacement.
+        creates = tuple(c for c in decided.create if c.stale_claim not in kept) if ready.wait_until_ms is None else ()
+        created = await self._creates(group, spec, creates, ready, label)
         if ready.wait_until_ms is not None:
             self.wake_at(state, now_ms + max(0, ready.wait_until_ms - ready.now_ms))
         await self._report_failures(group, decided, state, label)
@@ -196,7 +198,8 @@ class GroupPass:
 
     async def _apply_deletes(
         self, group: GroupObject, spec: RunnerGroupSpec, decided: Plan, state: GroupState, label: str
-    ) -> None:
+    ) -> set[str]:
+        """Delete the runners Gitea lets go (see `gitea_runners`); the names of those it kept."""
         alive = {j.name for j in self.jobs_of(group) if not j.finished}
         deciding = {d.name for d in decided.delete}
         retiring = [d for d in self.rows.still_retiring(group.namespace, alive) if d.name not in deciding]
@@ -216,6 +219,7 @@ class GroupPass:
         if reaped:
             message = f"Deleted runner Jobs Pending longer than the pendingTimeout: {', '.join(reaped)}"
             await self.kube.event(group.ref, kind="Warning", reason="RunnerReaped", message=message)
+        return {d.name for d in decided.delete} - {d.name for d in allowed}
 
     async def _creates(
         self, group: GroupObject, spec: RunnerGroupSpec, creates: tuple[Create, ...], ready: Ready, label: str
@@ -240,6 +244,9 @@ class GroupPass:
             log.info("runner created", extra={"group": group.name, "job": name, "gitea_job_id": c.job_id})
         if made:
             self.reports.created(group.ref, [str(c.job_id) if c.job_id is not None else "warm" for c, _ in made])
+        for r in results:
+            if isinstance(r, TransientError) and r.refused:
+                self.metrics.creates_refused.labels(group=label, reason=r.refused).inc()
         for r in results:
             if isinstance(r, BaseException):
                 raise r

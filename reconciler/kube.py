@@ -33,7 +33,13 @@ REQUEST_TIMEOUT = 30.0  # seconds; no API call may wait for ever (watches end by
 
 
 class TransientError(Exception):
-    """Worth retrying with backoff: throttling, server errors, timeouts, conflicts, quota."""
+    """Worth retrying with backoff: throttling, server errors, timeouts, conflicts, quota. `refused`
+    names why the API server turned the request down, when it surely did nothing (throttled, quota);
+    empty when it may have been carried out (a timeout, a server error)."""
+
+    def __init__(self, message: str, *, refused: str = "") -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 class PermanentError(Exception):
@@ -44,10 +50,12 @@ def classify(exc: BaseException) -> Exception:
     """The transient or permanent error an API failure stands for."""
     if isinstance(exc, ApiException):
         body = str(exc.body or "")
-        if exc.status in (409, 429) or (exc.status or 0) >= 500:
+        if exc.status == 429:
+            return TransientError(f"HTTP {exc.status} {exc.reason}", refused="throttled")
+        if exc.status == 409 or (exc.status or 0) >= 500:
             return TransientError(f"HTTP {exc.status} {exc.reason}")
         if exc.status == 403 and "exceeded quota" in body:
-            return TransientError("ResourceQuota exceeded; retrying later")
+            return TransientError(f"ResourceQuota exceeded; retrying later: {_message(body)}", refused="quota")
         return PermanentError(f"HTTP {exc.status} {exc.reason}: {_message(body)}")
     if isinstance(exc, asyncio.TimeoutError | OSError | aiohttp.ClientError):
         return TransientError(type(exc).__name__)

@@ -32,6 +32,9 @@ _HELP = {
         "token can list: the registration token's scope is not the group's), unconfirmed (Gitea could not say "
         "they are idle)."
     ),
+    "grs_runner_creates_refused": (
+        "Runner Job creates the API server turned down (throttled, quota): their seats were freed at once."
+    ),
     "grs_runners_disabled": "Runners disabled in Gitea (handed no job any more) before their deletion.",
     "grs_gitea_runners_removed": "Runner rows deleted in Gitea, by why their runner went (ghost: found by the sweep).",
     "grs_job_queue_wait_seconds": "From a job being queued to a runner of the group taking it: what developers wait.",
@@ -60,6 +63,7 @@ class Metrics:
     runners_kept_busy: Counter
     runners_kept: Counter
     runners_disabled: Counter
+    creates_refused: Counter
     gitea_runners_removed: Counter
     queue_wait: Histogram
     run_seconds: Histogram
@@ -80,6 +84,7 @@ class Metrics:
             self.runners_kept_busy,
             self.runners_kept,
             self.runners_disabled,
+            self.creates_refused,
             self.gitea_runners_removed,
             self.queue_wait,
             self.run_seconds,
@@ -107,6 +112,7 @@ class Metrics:
             runners_kept_busy=_counter(registry, "grs_runners_kept_busy", "group"),
             runners_kept=_counter(registry, "grs_runners_kept", "group", "reason"),
             runners_disabled=_counter(registry, "grs_runners_disabled", "group"),
+            creates_refused=_counter(registry, "grs_runner_creates_refused", "group", "reason"),
             gitea_runners_removed=_counter(registry, "grs_gitea_runners_removed", "group", "reason"),
             queue_wait=_histogram(registry, "grs_job_queue_wait_seconds", "group", buckets=_WAIT),
             run_seconds=_histogram(registry, "grs_job_run_seconds", "group", buckets=_RUN),

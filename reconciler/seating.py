@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from reconciler.kube import Kube, PermanentError
+from reconciler.kube import Kube, PermanentError, TransientError
 from reconciler.manifests import build_job, job_name, runner_retry, runner_suffix
 from reconciler.objects import GroupObject, JobObject
 from reconciler.plan import Create
@@ -142,6 +142,12 @@ class Seating:
             outcome = "late" if late else "created" if await self.kube.create_job(body) else "exists"
         except PermanentError:
             await self._drop(group, c, name)  # refused: no such Job exists
+            raise
+        except TransientError as exc:
+            if exc.refused:  # turned down before anything was written: its seat is free again at once
+                await self._drop(group, c, name)
+            else:
+                await self._unclaim(c, name)  # the seat stays: the create may have landed
             raise
         except BaseException:
             await self._unclaim(c, name)  # the seat stays: the create may have landed

@@ -431,14 +431,22 @@ async def _after(now: Awaitable[int], moment: int) -> int | None:
 
 
 async def test_stuck_pending_runner_is_reaped_and_retried(
-    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis, aiohttp_server: MakeServer
 ) -> None:
+    fake = FakeGitea(token=API_TOKEN)
+    server = await aiohttp_server(fake.app())
     ns = namespace(kube)
-    create_group(kube, ns, "slow", pendingTimeout="2s", labels=[], defaultLabels=[])
+    url = str(server.make_url("")).rstrip("/")
+    create_group(kube, ns, "slow", pendingTimeout="2s", labels=[], defaultLabels=[], gitea={"url": url})
     await queue(redis, 77, labels=[])
-    async with running_controller(kube.kubeconfig, redis_server.url, ns):
+    fake.fail_with = 503  # while Gitea cannot say the runner took no job, it stays, and gets no second
+    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
         first = (await eventually(lambda: runner_jobs(kube, ns)))[0]["metadata"]["name"]
         # No kubelet here: the Job never gets a running Pod, so it is Pending past the timeout.
+        kept = controller.metrics.runners_kept.labels(group=f"{ns}/slow", reason="unconfirmed")
+        await eventually(lambda: kept._value.get() >= 2)
+        assert [j["metadata"]["name"] for j in runner_jobs(kube, ns)] == [first]
+        fake.fail_with = None  # Gitea lists no row of it: it never registered
         second = await eventually(
             lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns) if j["metadata"]["name"] != first], timeout=30
         )
@@ -604,3 +612,31 @@ async def test_a_group_passes_again_only_when_what_it_decides_from_changed(
         taken = JobUpdate.from_payload(model("in_progress", job_id=45, labels=[], repo="other/unserved"))
         await JobStore(redis).record(dataclasses.replace(taken, runner_name=runner))
         await eventually(lambda: "steady" in ran)
+
+
+async def test_a_create_the_api_server_turns_down_for_quota_frees_its_seat_at_once(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    """A ResourceQuota refusal writes nothing: the runner's seat is free again at once, not after the
+    90 s kept for creates that may still land, so a group at `maxActiveRunners: 1` does not stall."""
+    ns = namespace(kube)
+    quota = {"metadata": {"name": "no-jobs"}, "spec": {"hard": {"count/jobs.batch": "0"}}}
+    assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/resourcequotas", quota)[0] == 201
+    # No controller-manager here computes the quota's usage: write it as it would.
+    counted = {**quota, "status": {"hard": {"count/jobs.batch": "0"}, "used": {"count/jobs.batch": "0"}}}
+    path = f"/api/v1/namespaces/{ns}/resourcequotas/no-jobs/status"
+    assert api_request(kube, "PUT", path, counted)[0] == 200
+    create_group(kube, ns, "quota", labels=[], defaultLabels=[], maxActiveRunners=1)
+    await queue(redis, 71, labels=[])
+    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+        refused = controller.metrics.creates_refused.labels(group=f"{ns}/quota", reason="quota")
+        await eventually(lambda: refused._value.get() >= 1)
+        group_obj = next(g for g in controller.groups.items.values() if g.name == "quota")
+        seats = f"{{grs}}:seats:{group_obj.uid}"
+        # (each retry takes the seat for a moment; a seat kept for the 90 s would never read empty here)
+        await eventually(lambda: _none(redis.zcard(seats)), timeout=15)
+    assert runner_jobs(kube, ns) == []
+
+
+async def _none(count: Awaitable[int]) -> bool:
+    return await count == 0
