@@ -158,6 +158,7 @@ def test_a_surplus_idle_runner_goes_with_its_row_in_gitea(stack: NodeStack) -> N
     # done it: it only takes rows offline for a minute).
     assert not stack.runners_with(label), "Gitea still lists the deleted runner"
     assert stack.metric("grs_gitea_runners_removed_total", reason="surplus_idle", group=f"{ns}/runners") == 1
+    assert stack.metric("grs_runners_disabled_total", group=f"{ns}/runners") == 1, "Gitea's PATCH disabled it first"
     assert warm["name"] not in {j["metadata"]["name"] for j in stack.runner_jobs(ns)}
 
 
@@ -198,6 +199,37 @@ def test_a_runner_redis_forgot_keeps_its_job_when_no_webhook_or_poll_can_tell(st
     wait_for(lambda: not stack.active_runners(ns), timeout=60, what="the runner Job finished")
     jobs = stack.runner_jobs(ns)
     assert all(j["status"].get("succeeded") == 1 for j in jobs), "the runner ran to its end: never deleted mid-job"
+    wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
+
+
+def test_a_repo_groups_runner_registered_with_an_org_token_keeps_its_job_when_redis_forgets(
+    stack: NodeStack,
+) -> None:
+    """The group serves one repository, but its Secret holds the org's registration token (as our
+    examples once had it): its runners are org runners, which the repository's runner list never shows.
+    Redis forgets the runner is busy; the controller finds its row in the org and keeps it."""
+    ns, label = stack.namespace("orgtoken"), new_label()
+    repo = stack.repo()
+    stack.group(ns, label, scope="repo", repo=repo)
+    assert stack.redis is not None
+    with stack.reconfigured(GRS_POLL_ENABLED="false", GRS_RESYNC_INTERVAL="5"):
+        run_id = stack.push(repo, LONG.format(label=label, seconds=60), path=".gitea/workflows/long.yml")
+        stack.wait_job_running(repo, run_id)
+        (job,) = stack.jobs(repo, run_id)
+        assert stack.gitea.api("GET", f"/repos/{repo}/actions/runners")["runners"] in (None, []), "not a repo runner"
+        wait_for(lambda: stack.recorded(job["id"], "in_progress"), timeout=30, what="the in_progress webhook recorded")
+        with redis.Redis.from_url(stack.redis.url) as client:
+            client.flushall()
+        wait_for(
+            lambda: stack.metric("grs_runners_kept_busy_total", group=f"{ns}/runners") >= 1,
+            timeout=60,
+            what="the reconciler found the row in the org, asked Gitea and kept the runner",
+        )
+        run = stack.wait_run(repo, run_id, timeout=120)
+        assert run["conclusion"] == "success", stack.jobs(repo, run_id)
+        assert stack.metric("grs_runners_created_total", group=f"{ns}/runners") == 1, "nothing ran twice"
+    wait_for(lambda: not stack.active_runners(ns), timeout=60, what="the runner Job finished")
+    assert all(j["status"].get("succeeded") == 1 for j in stack.runner_jobs(ns)), "never deleted mid-job"
     wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
 
 
