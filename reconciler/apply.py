@@ -104,7 +104,9 @@ class GroupPass:
         With a `lease` (holder, ttl ms), None if another replica has the group's lease."""
         jobs = self.jobs_of(group)
         active, ids = [j.name for j in jobs if not j.finished], [q.job_id for q in queued]
-        prepared = await self.seating.prepare(group, jobs, state, lease=lease, runners=active, queued=ids)
+        prepared = await self.seating.prepare(
+            group, jobs, state, lease=lease, runners=active, queued=ids, lingering=self._lingering(group, state)
+        )
         if prepared is None:
             return None
         ready, activity = prepared
@@ -121,13 +123,19 @@ class GroupPass:
         kept = await self._apply_deletes(group, spec, decided, state, label)
         # A runner whose deletion Gitea did not allow still serves its job: it gets no replacement.
         creates = tuple(c for c in decided.create if c.stale_claim not in kept) if ready.wait_until_ms is None else ()
-        created = await self._creates(group, spec, creates, ready, label)
+        created = await self._creates(group, spec, creates, ready, label, state=state)
         if ready.wait_until_ms is not None:
             self.wake_at(state, now_ms + max(0, ready.wait_until_ms - ready.now_ms))
         await self._report_failures(group, decided, state, label)
         self._gauges(label, spec, decided, runners, created)
         await self.write_status(group, self._status(group, spec, decided, state), state)
         return decided
+
+    def _lingering(self, group: GroupObject, state: GroupState) -> frozenset[str]:
+        """Seated runner Jobs gone from the cache whose Pods are not: deleted, their Pods still stopping."""
+        held = state.deleting | (state.seated or set())
+        names = {j.name for j in self.jobs_of(group)}
+        return frozenset(n for n in held - names if self.pods_by_job.get((group.namespace, n)))
 
     def _plan(
         self,
@@ -210,7 +218,7 @@ class GroupPass:
         allowed = vetted.allowed
         for d in allowed:
             await self.kube.delete_job(group.namespace, d.name)
-            await self.coordination.seats(group.uid, free=[d.name])
+            state.deleting.add(d.name)  # its seat is freed once the Job and its Pods are gone
             if d.job_id is not None:
                 await self.coordination.release(d.job_id, holder=d.name)
             self.metrics.runners_deleted.labels(group=label, reason=d.reason).inc()
@@ -222,10 +230,18 @@ class GroupPass:
         return {d.name for d in decided.delete} - {d.name for d in allowed}
 
     async def _creates(
-        self, group: GroupObject, spec: RunnerGroupSpec, creates: tuple[Create, ...], ready: Ready, label: str
+        self,
+        group: GroupObject,
+        spec: RunnerGroupSpec,
+        creates: tuple[Create, ...],
+        ready: Ready,
+        label: str,
+        *,
+        state: GroupState,
     ) -> int:
         jobs = self.jobs_of(group)
-        names = [self.seating.name_for(group, c, jobs) for c in creates]
+        taken = state.deleting | (state.seated or set())
+        names = [self.seating.name_for(group, c, jobs, taken=taken) for c in creates]
 
         async def one(c: Create, name: str) -> str:
             async with self.create_slots:

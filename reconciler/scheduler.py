@@ -108,7 +108,8 @@ class Scheduler:
         unchanged job's object) and the poll's word. Seats change with Jobs; activity marks the group
         `due` (see `due`); deadlines and the resync do too."""
         jobs = self.group_pass.jobs_of(group)
-        pods = [p for j in jobs for p in self.group_pass.pods_by_job.get((j.namespace, j.name), ())]
+        names = [*(j.name for j in jobs), *sorted(state.deleting)]  # deleted Jobs' Pods hold their seats
+        pods = [p for n in names for p in self.group_pass.pods_by_job.get((group.namespace, n), ())]
         return (group, state.gitea, state.last_poll, len(jobs), *jobs, len(pods), *pods, *queued)
 
     def _quiet(
@@ -116,7 +117,7 @@ class Scheduler:
     ) -> bool:
         """A group with nothing queued, no runner Jobs, no warm pool, and its status already right has
         nothing to do: skip its pass (no lease, no Redis or API call). Most groups, most of the time."""
-        if spec is None or queued or self.group_pass.jobs_of(group):
+        if spec is None or queued or self.group_pass.jobs_of(group) or state.deleting:
             return False
         if spec.min_idle_runners and not spec.suspend:
             return False

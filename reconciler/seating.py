@@ -62,23 +62,32 @@ class Seating:
         lease: tuple[str, int] | None,
         runners: Sequence[str],
         queued: Sequence[int],
+        lingering: frozenset[str] = frozenset(),
     ) -> tuple[Ready, Activity] | None:
         """Take the pass's lease (holder, ttl ms; None: none), bring the group's seats up to date with
         what the cache shows (see the module doc), and read Gitea's word on `runners` and which of the
         `queued` job ids still are queued. None: another replica has the lease. One round trip while
-        this replica has seated the group in the current epoch; the long way (`_seat`) otherwise."""
+        this replica has seated the group in the current epoch; the long way (`_seat`) otherwise.
+        `lingering`: runner Jobs gone from the cache whose Pods are not (they still hold their seats)."""
+        present = {j.name for j in jobs} | lingering
+        gone = [n for n in state.deleting if n not in present]  # deleted by us, Pods and all: free
         ended = [j.name for j in jobs if j.finished and (state.seated is None or j.name in state.seated)]
+        seat = [j.name for j in jobs if not j.finished and j.name not in state.deleting]
         begun = await self.coordination.begin(
-            group.uid, lease=lease, epoch=state.epoch, free=ended, runners=runners, jobs=queued
+            group.uid, lease=lease, epoch=state.epoch, free=ended + gone, seat=seat, runners=runners, jobs=queued
         )
         if not begun.leased:
             return None
         if begun.seats is None or begun.activity is None:
-            ready = await self._seat(group, jobs, state)
+            ready = await self._seat(group, jobs, state, present=present, gone=gone)
+            state.deleting.difference_update(gone)
             return ready, await self.coordination.activity(runners, jobs=queued)
-        return await self._settle(group, jobs, state, begun.seats, state.epoch), begun.activity
+        state.deleting.difference_update(gone)
+        return await self._settle(group, state, begun.seats, state.epoch, present=present), begun.activity
 
-    async def _seat(self, group: GroupObject, jobs: Sequence[JobObject], state: GroupState) -> Ready:
+    async def _seat(
+        self, group: GroupObject, jobs: Sequence[JobObject], state: GroupState, *, present: set[str], gone: list[str]
+    ) -> Ready:
         """The seats of a group this replica has not seated in the current epoch (first pass, or Redis
         lost the seats): wait out creates of an older epoch, seat the active Jobs, record the epoch."""
         epoch = await self.coordination.epoch(new_id=uuid.uuid4().hex[:12])
@@ -89,32 +98,33 @@ class Seating:
             wait = epoch.started_ms + int(RECLAIM_AFTER_S * 1000)
             return Ready(frozenset(), epoch.id, wait_until_ms=wait, now_ms=epoch.now_ms)
         ended = [j.name for j in jobs if j.finished and (fresh or state.seated is None or j.name in state.seated)]
-        adopt = [j.name for j in jobs if not j.finished] if fresh else []
-        seats = await self.coordination.seats(group.uid, free=ended, adopt=adopt)
+        adopt = [j.name for j in jobs if not j.finished and j.name not in state.deleting] if fresh else []
+        seats = await self.coordination.seats(group.uid, free=ended + gone, adopt=adopt)
         if recorded != epoch.id:
             await self.kube.patch_status(group.ref, {SEAT_EPOCH: epoch.id})
         state.epoch = epoch.id
-        return await self._settle(group, jobs, state, seats, epoch.id)
+        return await self._settle(group, state, seats, epoch.id, present=present)
 
     async def _settle(
-        self, group: GroupObject, jobs: Sequence[JobObject], state: GroupState, seats: Seats, epoch: str
+        self, group: GroupObject, state: GroupState, seats: Seats, epoch: str, *, present: set[str]
     ) -> Ready:
         """Free the seats of Jobs that were never created (see the module doc), and remember the seats."""
-        known = {j.name for j in jobs}
         cutoff = seats.now_ms - RECLAIM_AFTER_S * 1000
-        old = [n for n, at in seats.held.items() if n not in known and at < cutoff]
+        old = [n for n, at in seats.held.items() if n not in present and n not in state.deleting and at < cutoff]
         orphans = [n for n in old if not await self.kube.job_exists(group.namespace, n)]
         if orphans:
             log.warning("seats of runner Jobs never created freed", extra={"group": group.name, "jobs": orphans})
             seats = await self.coordination.seats(group.uid, orphans=orphans)
         state.seated = set(seats.held)
-        return Ready(frozenset(n for n in seats.held if n not in known), epoch, now_ms=seats.now_ms)
+        return Ready(frozenset(n for n in seats.held if n not in present), epoch, now_ms=seats.now_ms)
 
-    def name_for(self, group: GroupObject, c: Create, jobs: Sequence[JobObject]) -> str:
-        """The runner Job's name: fixed by (job, attempt) and the runners for it before (see manifests)."""
+    def name_for(self, group: GroupObject, c: Create, jobs: Sequence[JobObject], *, taken: Iterable[str] = ()) -> str:
+        """The runner Job's name: fixed by (job, attempt) and the runners for it before (see manifests):
+        those in the cache, and `taken` (seated, or deleted with their Pods still going), so a name
+        never comes back while anything of its earlier runner is left."""
         if c.job_id is None:
             return job_name(group.name, runner_suffix(None, random_hex=uuid.uuid4().hex))
-        names = [j.name for j in jobs] + ([c.stale_claim] if c.stale_claim else [])
+        names = [j.name for j in jobs] + ([c.stale_claim] if c.stale_claim else []) + list(taken)
         tries = [runner_retry(n, job_id=c.job_id, attempt=c.attempt) for n in names]
         seen = [t for t in tries if t is not None]
         retry = max(seen) + 1 if seen else 0

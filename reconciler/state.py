@@ -33,4 +33,5 @@ class GroupState:
     due: bool = True
     seated: set[str] | None = None  # the seats held after the last pass (None: not read yet)
     epoch: str = ""  # the seat epoch whose active Jobs this replica has seated
+    deleting: set[str] = field(default_factory=set)  # runner Jobs we deleted whose seats wait for their Pods to go
     unlisted: tuple[str, ...] = ()  # runners kept: no scope the group's API token can list holds their row

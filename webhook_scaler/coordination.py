@@ -147,16 +147,19 @@ class Coordination:
         lease: tuple[str, int] | None,
         epoch: str,
         free: Sequence[str] = (),
+        seat: Sequence[str] = (),
         runners: Sequence[str] = (),
         jobs: Sequence[int] = (),
     ) -> Begun:
         """Start a group's pass in one round trip: take its lease (holder, ttl ms; None: none), and while
-        the seats' epoch is still `epoch`, free the seats of `free`, and read the seats held and
+        the seats' epoch is still `epoch`, free the seats of `free`, seat `seat` if unseated (runner
+        Jobs that exist), keep the seats from expiring, and read the seats held and
         `activity(runners, jobs=jobs)`, all in one snapshot."""
         keys = [self.keys.lock(group_uid), self.keys.epoch, self.keys.seats(group_uid), self.keys.busy, self.keys.done]
         keys += [self.keys.job(j) for j in jobs]
         holder, ttl_ms = lease or ("", 0)
-        reply = await self._begin(keys=keys, args=[holder, ttl_ms, epoch, len(free), *free, *runners])
+        args: list[str | int] = [holder, ttl_ms, epoch, SEATS_IDLE_TTL_S, len(free), len(seat), *free, *seat, *runners]
+        reply = await self._begin(keys=keys, args=args)
         if text(reply[0]) != "ok":
             return Begun(leased=text(reply[0]) == "epoch")
         now_ms, held, busy, done, states = reply[1:]

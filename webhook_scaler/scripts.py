@@ -265,12 +265,15 @@ return out
 )
 
 # The start of one group's pass, in one step while the caller's epoch is current: take the pass's
-# lease, free the seats of `free` (runner Jobs that ended), read the seats, and read Gitea's word on
-# the runners and which of the asked jobs are still queued (as ACTIVITY does).
+# lease, free the seats of `free` (runner Jobs that ended and whose Pods are gone), seat `seat` (the
+# active runner Jobs, each held once, idempotently: seats lost while the epoch survived come back),
+# keep the seats from expiring, read the seats, and read Gitea's word on the runners and which of the
+# asked jobs are still queued (as ACTIVITY does).
 # KEYS: lease, epoch, seats, busy, done, then one job per asked id; ARGV: holder ('': no lease), the
-# lease's ttl (ms), epoch id, n_free, free..., runners... Returns {'locked'} (another holder has the
-# lease; nothing changed), {'epoch'} (the lease is taken, the epoch is another: the caller seats the
-# group the long way), or {'ok', now, {name, seated_ms, ...}, busy, done, states}.
+# lease's ttl (ms), epoch id, the seats' idle ttl (s), n_free, n_seat, free..., seat..., runners...
+# Returns {'locked'} (another holder has the lease; nothing changed), {'epoch'} (the lease is taken,
+# the epoch is another: the caller seats the group the long way), or
+# {'ok', now, {name, seated_ms, ...}, busy, done, states}.
 BEGIN = (
     _NOW
     + _SAME_EPOCH
@@ -278,8 +281,11 @@ BEGIN = (
     + """
 if ARGV[1] ~= '' and not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'locked'} end
 if not same_epoch(KEYS[2], ARGV[3]) then return {'epoch'} end
-local first = 5 + tonumber(ARGV[4])
-for i = 5, first - 1 do redis.call('ZREM', KEYS[3], ARGV[i]) end
+local seat_from = 7 + tonumber(ARGV[5])
+local first = seat_from + tonumber(ARGV[6])
+for i = 7, seat_from - 1 do redis.call('ZREM', KEYS[3], ARGV[i]) end
+for i = seat_from, first - 1 do redis.call('ZADD', KEYS[3], 'NX', now, ARGV[i]) end
+if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('EXPIRE', KEYS[3], ARGV[4]) end
 local seats = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
 local busy, done, states = activity(KEYS[4], KEYS[5], first, 6)
 return {'ok', now, seats, busy, done, states}

@@ -640,3 +640,66 @@ async def test_a_create_the_api_server_turns_down_for_quota_frees_its_seat_at_on
 
 async def _none(count: Awaitable[int]) -> bool:
     return await count == 0
+
+
+async def test_a_deleted_runner_holds_its_seat_until_its_pod_is_gone(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis, aiohttp_server: MakeServer
+) -> None:
+    """A deleted runner Job's Pod may still run for its grace period: its seat is freed once the Job and
+    its Pods are gone, not when the delete returns, so a group never has more runner Pods than its
+    maximum (here 1: the replacement of a reaped runner waits for the old Pod)."""
+    fake = FakeGitea(token=API_TOKEN)
+    server = await aiohttp_server(fake.app())
+    ns = namespace(kube)
+    url = str(server.make_url("")).rstrip("/")
+    spec = {"pendingTimeout": "2s", "labels": [], "defaultLabels": [], "gitea": {"url": url}, "maxActiveRunners": 1}
+    body = create_group(kube, ns, "one", **spec)
+    await queue(redis, 81, labels=[])
+    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+        (job,) = await eventually(lambda: runner_jobs(kube, ns))
+        first = job["metadata"]["name"]
+        # No kubelet here: the runner's Pod, as the Job controller would make it, stays Pending.
+        labels = {**job["spec"]["template"]["metadata"]["labels"], "batch.kubernetes.io/job-name": first}
+        pod = {
+            "metadata": {"name": f"{first}-p", "labels": labels},
+            "spec": {"containers": [{"name": "runner", "image": "runner:test"}]},
+        }
+        account = {"metadata": {"name": "default"}}  # no controller-manager here makes it
+        assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/serviceaccounts", account)[0] == 201
+        assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/pods", pod)[0] == 201
+        await eventually(lambda: events(kube, ns, "RunnerReaped"))
+        await eventually(lambda: not [j for j in runner_jobs(kube, ns) if j["metadata"]["name"] == first])
+        await passes(controller, count=3)
+        seats = f"{{grs}}:seats:{body['metadata']['uid']}"
+        assert await seated(redis, seats) == [first], "the Pod still holds the seat"
+        assert [j["metadata"]["name"] for j in runner_jobs(kube, ns)] == [], "and no second runner starts"
+        assert api_request(kube, "DELETE", f"/api/v1/namespaces/{ns}/pods/{first}-p?gracePeriodSeconds=0")[0] == 200
+        (second,) = await eventually(lambda: runner_jobs(kube, ns))
+    assert second["metadata"]["uid"] != job["metadata"]["uid"], "a new runner, once the old Pod is gone"
+
+
+async def test_seats_lost_while_the_epoch_survives_come_back_on_the_next_pass(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    """The seats key alone can go (evicted by a managed Redis's `volatile-lru`, a failover losing the last
+    writes) while the epoch key stays: every pass seats the active runner Jobs again, so the cap holds."""
+    ns = namespace(kube)
+    body = create_group(kube, ns, "kept", labels=[], defaultLabels=[], maxActiveRunners=1)
+    await queue(redis, 91, labels=[])
+    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+        (first,) = await eventually(lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns)])
+        seats = f"{{grs}}:seats:{body['metadata']['uid']}"
+        await eventually(lambda: redis.exists(seats))
+        await redis.expire(seats, 100)  # a quiet week nearly over
+        await queue(redis, 90, labels=[], repo="other/unserved")  # any change makes a round
+        await passes(controller, count=3)
+        assert await redis.ttl(seats) > 6 * 24 * 3600, "every pass gives the seats a week's idle TTL again"
+        await redis.delete(seats)
+        await queue(redis, 92, labels=[])  # a second job wants a runner: only the lost seat made room
+        await passes(controller, count=3)
+        assert await seated(redis, seats) == [first]
+        assert [j["metadata"]["name"] for j in runner_jobs(kube, ns)] == [first], "never above maxActiveRunners"
+
+
+async def seated(redis: Redis, seats: str) -> list[str]:
+    return [n.decode() if isinstance(n, bytes) else str(n) for n in await redis.zrange(seats, 0, -1)]
