@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from reconciler.deletions import Deletions
 from reconciler.gitea_runners import RunnerRows
 from reconciler.kube import Kube, TransientError
 from reconciler.metrics import Metrics
@@ -37,6 +38,7 @@ FAILED_MARK_MS = 24 * 3600 * 1000  # a failed runner is reported once; its Job i
 # after the Job was created (the API server's clock, to the second): a fact about an earlier runner of
 # the same name (its Job gone, its name given again) says nothing about this one.
 FACT_SKEW_MS = 2000
+DRAIN_RECHECK_MS = 5000  # a deleted group's runners or rows not done yet, or its finalizer not written
 
 
 class GroupPass:
@@ -64,6 +66,7 @@ class GroupPass:
         self.clock = clock
         self.create_slots = asyncio.Semaphore(settings.create_concurrency)  # shared by every group's pass
         self.seating = Seating(coordination, kube, claim_ttl_ms=int(settings.claim_ttl * 1000))
+        self.deletions = Deletions(kube=kube, coordination=coordination, rows=rows, metrics=metrics)
         self.jobs_by_group: Mapping[tuple[str, str], list[JobObject]] = {}
         self.pods_by_job: Mapping[tuple[str, str], list[PodObject]] = {}
 
@@ -102,33 +105,34 @@ class GroupPass:
     ) -> Plan | None:
         """Plan one group and apply the plan: `queued` are its oldest queued jobs, of `total` (-1: all).
         With a `lease` (holder, ttl ms), None if another replica has the group's lease."""
-        jobs = self.jobs_of(group)
-        active, ids = [j.name for j in jobs if not j.finished], [q.job_id for q in queued]
+        jobs, ids = self.jobs_of(group), [q.job_id for q in queued]
+        active = [j.name for j in jobs if not j.finished]
         prepared = await self.seating.prepare(
             group, jobs, state, lease=lease, runners=active, queued=ids, lingering=self._lingering(group, state)
         )
         if prepared is None:
             return None
         ready, activity = prepared
-        # The queue was read for every group before this pass; a job a runner took since then is busy
-        # in `activity` and must not count as waiting too (it would start a runner nobody needs).
+        # The queue was read before this pass; a job a runner took since is busy in `activity`, not waiting.
         still = [q for q in queued if q.job_id in activity.queued]
         total = (len(queued) if total < 0 else total) - (len(queued) - len(still))
         runners = self.runners(group, activity)
         now_ms = int(self.clock() * 1000)
-        decided = self._plan(spec, still, total, runners, ready.in_flight, now_ms)
+        decided = self._plan(spec, still, total, runners, ready.in_flight, now_ms, draining=group.deleting)
         if decided.wake_at_ms is not None:
             self.wake_at(state, decided.wake_at_ms)
-        label = f"{group.namespace}/{group.name}"
-        kept = await self._apply_deletes(group, spec, decided, state, label)
+        kept = await self.deletions.apply(group, spec, decided.delete, state, jobs)
         # A runner whose deletion Gitea did not allow still serves its job: it gets no replacement.
         creates = tuple(c for c in decided.create if c.stale_claim not in kept) if ready.wait_until_ms is None else ()
+        label = f"{group.namespace}/{group.name}"
         created = await self._creates(group, spec, creates, ready, label, state=state)
         if ready.wait_until_ms is not None:
             self.wake_at(state, now_ms + max(0, ready.wait_until_ms - ready.now_ms))
         await self._report_failures(group, decided, state, label)
         self._gauges(label, spec, decided, runners, created)
         await self.write_status(group, self._status(group, spec, decided, state), state)
+        if not await self.deletions.hold_or_finish(group, spec, jobs):
+            self.wake_at(state, now_ms + DRAIN_RECHECK_MS)
         return decided
 
     def _lingering(self, group: GroupObject, state: GroupState) -> frozenset[str]:
@@ -145,6 +149,8 @@ class GroupPass:
         runners: list[Runner],
         in_flight: frozenset[str],
         now_ms: int,
+        *,
+        draining: bool,
     ) -> Plan:
         return plan(
             queued=queued,
@@ -156,6 +162,7 @@ class GroupPass:
             idle_grace_ms=int(self.settings.idle_grace * 1000),
             backoff_ms=(int(self.settings.runner_backoff_initial * 1000), int(self.settings.runner_backoff_max * 1000)),
             finish_grace_ms=int(self.settings.finish_grace * 1000),
+            draining=draining,
         )
 
     def _gauges(self, label: str, spec: RunnerGroupSpec, decided: Plan, runners: list[Runner], created: int) -> None:
@@ -203,31 +210,6 @@ class GroupPass:
                 return
         await self.kube.patch_status(group.ref, status)
         state.status_written, state.status_put_off = time.monotonic(), 0.0
-
-    async def _apply_deletes(
-        self, group: GroupObject, spec: RunnerGroupSpec, decided: Plan, state: GroupState, label: str
-    ) -> set[str]:
-        """Delete the runners Gitea lets go (see `gitea_runners`); the names of those it kept."""
-        alive = {j.name for j in self.jobs_of(group) if not j.finished}
-        deciding = {d.name for d in decided.delete}
-        retiring = [d for d in self.rows.still_retiring(group.namespace, alive) if d.name not in deciding]
-        vetted = await self.rows.vet(group, spec, [*decided.delete, *retiring])
-        if decided.delete or retiring:
-            state.unlisted = tuple(vetted.unlisted)
-        state.unlisted = tuple(n for n in state.unlisted if n in alive)
-        allowed = vetted.allowed
-        for d in allowed:
-            await self.kube.delete_job(group.namespace, d.name)
-            state.deleting.add(d.name)  # its seat is freed once the Job and its Pods are gone
-            if d.job_id is not None:
-                await self.coordination.release(d.job_id, holder=d.name)
-            self.metrics.runners_deleted.labels(group=label, reason=d.reason).inc()
-            log.info("runner deleted", extra={"group": group.name, "job": d.name, "reason": d.reason})
-        reaped = [d.name for d in allowed if d.reason == "pending_timeout"]
-        if reaped:
-            message = f"Deleted runner Jobs Pending longer than the pendingTimeout: {', '.join(reaped)}"
-            await self.kube.event(group.ref, kind="Warning", reason="RunnerReaped", message=message)
-        return {d.name for d in decided.delete} - {d.name for d in allowed}
 
     async def _creates(
         self,

@@ -228,6 +228,19 @@ class RunnerRows:
         log.info("runner row deleted in gitea", extra={"runner": row.name, "id": row.id, "reason": reason})
         return True
 
+    async def clear(self, group: GroupObject, spec: RunnerGroupSpec) -> int:
+        """Delete the rows Gitea lists of a group's runners (a group being deleted, none of whose runner
+        Jobs runs any more) unless busy; how many busy ones are left. PermanentError if the group's API
+        token cannot be read; GiteaError if its scope cannot be listed."""
+        scope = await scope_of(self.kube, spec, group.namespace)
+        listed = await self.gitea.runners(scope)
+        mine = [r for r in listed.runners if owners(r.name, [group])]
+        label = f"{group.namespace}/{group.name}"
+        for row in mine:
+            if not row.busy:
+                await self._delete(scope, row, label, reason="drain")
+        return sum(1 for r in mine if r.busy)
+
     async def sweep(
         self,
         scopes: Mapping[PollScope, Sequence[GroupObject]],

@@ -162,6 +162,28 @@ class Kube:
             if exc.status != 404:
                 raise classify(exc) from None
 
+    async def set_finalizers(self, group: GroupRef, finalizers: Sequence[str], *, resource_version: str) -> None:
+        """Replace a RunnerGroup's finalizers, only if it is still at `resource_version` (else a transient
+        409: the next pass reads it again); a group gone already (404) needs none."""
+        meta = {"finalizers": list(finalizers) or None, "resourceVersion": resource_version}
+        try:
+            await _answered(
+                self.custom.patch_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    group.namespace,
+                    PLURAL,
+                    group.name,
+                    {"metadata": meta},
+                    _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+                    _request_timeout=REQUEST_TIMEOUT,
+                    _preload_content=False,
+                )
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise classify(exc) from None
+
     async def patch_status(self, group: GroupRef, status: Mapping[str, Any]) -> None:
         """Merge-patch a RunnerGroup's status subresource."""
         try:

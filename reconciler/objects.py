@@ -35,6 +35,9 @@ class GroupObject:
     spec: Mapping[str, Any]
     status: Mapping[str, Any]
     annotations: Mapping[str, str] = field(default_factory=dict)
+    deleting: bool = False  # deleted, held by finalizers until they are removed
+    finalizers: tuple[str, ...] = ()
+    resource_version: str = ""
 
     @property
     def ref(self) -> GroupRef:
@@ -80,6 +83,9 @@ def group_from(raw: Mapping[str, Any]) -> GroupObject:
         spec=raw.get("spec") or {},
         status=raw.get("status") or {},
         annotations=meta.get("annotations") or {},
+        deleting=bool(meta.get("deletionTimestamp")),
+        finalizers=tuple(meta.get("finalizers") or ()),
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 

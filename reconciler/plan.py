@@ -41,7 +41,7 @@ class Delete:
     """Delete a runner Job."""
 
     name: str
-    reason: str  # pending_timeout | surplus_idle | job_over
+    reason: str  # pending_timeout | surplus_idle | job_over | drain (the group is being deleted)
     job_id: int | None = None
 
 
@@ -109,24 +109,23 @@ def plan(
     backoff_ms: tuple[int, int] = (10_000, 300_000),
     finish_grace_ms: int = 30_000,
     queued_total: int = -1,
+    draining: bool = False,
 ) -> Plan:
-    """Decide one pass for one group.
-
-    `queued`: the queued jobs assigned to this group (its oldest, if it has `queued_total` in all; -1:
-    these are all); `runners`: its runner Jobs; `in_flight`: names of runners created (by any
+    """Decide one pass for one group. `queued`: its queued jobs (its oldest, if it has `queued_total`
+    in all; -1: these are all); `runners`: its runner Jobs; `in_flight`: runners created (by any
     replica) that the caller's cache does not show yet; `backoff_ms`: the first and the longest wait
-    after failed runners; `finish_grace_ms`: how long a runner may keep running after its job is over.
-    """
+    after failed runners; `finish_grace_ms`: how long a runner may keep running after its job is over;
+    `draining`: the group is being deleted: no runner starts, every one that took no job goes at once."""
     streak = backoff(runners, initial_ms=backoff_ms[0], max_ms=backoff_ms[1])
     held = streak is not None and now_ms < streak.retry_at_ms
     active = [r for r in runners if r.phase in ACTIVE]
     pending_limit = spec.pending_timeout_seconds * 1000
     expired = _reaped(active, now_ms=now_ms, pending_limit=pending_limit, finish_grace_ms=finish_grace_ms)
-    create, delete, counts = _sized(
-        queued, runners, expired, spec=spec, held=held, in_flight=in_flight, now_ms=now_ms, idle_grace_ms=idle_grace_ms
+    sizing = _Sizing(spec=spec, held=held, in_flight=in_flight, now_ms=now_ms, idle_grace_ms=idle_grace_ms)
+    create, delete, counts = (
+        _drained(active, expired, len(queued)) if draining else _sized(queued, runners, expired, sizing)
     )
-    if queued_total >= 0:
-        counts = replace(counts, queued=queued_total)
+    counts = replace(counts, queued=queued_total) if queued_total >= 0 else counts
     limits = {Phase.IDLE: idle_grace_ms, Phase.PENDING: pending_limit, Phase.FINISHING: finish_grace_ms}
     return Plan(
         create=tuple(create),
@@ -137,6 +136,16 @@ def plan(
         held=held,
         wake_at_ms=_wake_at(active, expired, limits, holding=streak if held else None, now_ms=now_ms),
     )
+
+
+def _drained(
+    active: Sequence[Runner], expired: Sequence[Delete], queued: int
+) -> tuple[list[Create], list[Delete], Counts]:
+    """A group being deleted: no runner starts, and every one that took no job goes now."""
+    reaped = {d.name for d in expired}
+    spare = [r for r in active if r.phase in (Phase.PENDING, Phase.IDLE) and r.name not in reaped]
+    delete = [*expired, *(Delete(r.name, "drain", r.job_id) for r in spare)]
+    return [], delete, Counts(active=len(active) - len(delete), idle=0, queued=queued)
 
 
 def _wake_at(
@@ -156,19 +165,29 @@ def _wake_at(
     return min((d for d in deadlines if d > now_ms), default=None)
 
 
+@dataclass(frozen=True, slots=True)
+class _Sizing:
+    """What sizes a group besides its jobs and runners: its spec, the backoff, creates in flight, time."""
+
+    spec: RunnerGroupSpec
+    held: bool
+    in_flight: frozenset[str]
+    now_ms: int
+    idle_grace_ms: int
+
+
 def _sized(
-    queued: Sequence[QueuedJob],
-    runners: Sequence[Runner],
-    expired: Sequence[Delete],
-    *,
-    spec: RunnerGroupSpec,
-    held: bool,
-    in_flight: frozenset[str],
-    now_ms: int,
-    idle_grace_ms: int,
+    queued: Sequence[QueuedJob], runners: Sequence[Runner], expired: Sequence[Delete], sizing: _Sizing
 ) -> tuple[list[Create], list[Delete], Counts]:
     """The group sized to its demand once the `expired` runners go: the runners to create (none while
     suspended or `held`), every runner to delete (the expired ones, then surplus idle ones), the counts."""
+    spec, held, in_flight, now_ms, idle_grace_ms = (
+        sizing.spec,
+        sizing.held,
+        sizing.in_flight,
+        sizing.now_ms,
+        sizing.idle_grace_ms,
+    )
     active = [r for r in runners if r.phase in ACTIVE]
     delete = list(expired)
     reaped = {d.name for d in delete}

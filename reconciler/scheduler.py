@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from reconciler import drain
 from reconciler.apply import GroupPass
 from reconciler.demand import GroupDemand
 from reconciler.errors import kind_of
@@ -117,7 +118,7 @@ class Scheduler:
     ) -> bool:
         """A group with nothing queued, no runner Jobs, no warm pool, and its status already right has
         nothing to do: skip its pass (no lease, no Redis or API call). Most groups, most of the time."""
-        if spec is None or queued or self.group_pass.jobs_of(group) or state.deleting:
+        if spec is None or queued or self.group_pass.jobs_of(group) or state.deleting or group.deleting:
             return False
         if spec.min_idle_runners and not spec.suspend:
             return False
@@ -202,6 +203,9 @@ class Scheduler:
             log.warning("reporting a stop failed", extra={"error": repr(exc)})
 
     async def _invalid(self, group: GroupObject, problem: str, state: GroupState) -> None:
+        if group.deleting:  # nothing of an invalid group can be asked about: garbage collection takes it
+            await drain.let_go(self.kube, group)
+            return
         status = self._status(group, None, state, invalid=problem)
         if status != pass_fields(group.status):
             await self.kube.patch_status(group.ref, status)
@@ -216,8 +220,9 @@ def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
 
 
 def _version(group: GroupObject) -> tuple[int, str]:
-    """What a user changes to retry a stopped group: its spec (generation) or its annotations."""
-    return group.generation, repr(sorted(group.annotations.items()))
+    """What a user changes to retry a stopped group: its spec (generation) or its annotations; or its
+    deletion (a deleted group is drained, stopped or not)."""
+    return group.generation, repr((group.deleting, sorted(group.annotations.items())))
 
 
 def _spec(group: GroupObject) -> RunnerGroupSpec | None:

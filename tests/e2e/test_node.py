@@ -233,6 +233,28 @@ def test_a_repo_groups_runner_registered_with_an_org_token_keeps_its_job_when_re
     wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
 
 
+def test_a_group_deleted_during_a_job_lets_it_finish_then_goes_with_every_runner_row(stack: NodeStack) -> None:
+    ns, label = stack.namespace("drain"), new_label()
+    stack.group(ns, label, minIdleRunners=1)
+    repo = stack.repo()
+    run_id = stack.push(repo, LONG.format(label=label, seconds=30), path=".gitea/workflows/long.yml")
+    stack.wait_job_running(repo, run_id)
+    wait_for(lambda: len(stack.runners_with(label)) == 2, timeout=60, what="the busy runner and a warm one")
+    (job,) = stack.jobs(repo, run_id)
+    (busy,) = [r["name"] for r in stack.runners_with(label) if r["id"] == job["runner_id"]]
+    path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/runners"
+    assert api_request(stack.node, "DELETE", path)[0] == 200
+    wait_for(lambda: len(stack.runners_with(label)) == 1, timeout=60, what="the warm runner gone with its row")
+    assert api_request(stack.node, "GET", path)[0] == 200, "the busy runner holds the group"
+    run = stack.wait_run(repo, run_id, timeout=120)
+    assert run["conclusion"] == "success", stack.jobs(repo, run_id)
+    wait_for(lambda: api_request(stack.node, "GET", path)[0] == 404, timeout=90, what="the group gone, drained")
+    assert not stack.runners_with(label), "Gitea lists no runner of the group"
+    deleted = [line for line in stack.our_log("reconciler").splitlines() if '"runner deleted"' in line]
+    assert not [line for line in deleted if busy in line], "the busy runner ran to its end"
+    assert any('"drain"' in line for line in deleted), "the warm one was deleted, drained"
+
+
 def test_the_sweep_removes_the_row_of_a_runner_deleted_behind_our_back(stack: NodeStack) -> None:
     ns, label = stack.namespace("ghost"), new_label()
     stack.group(ns, label, minIdleRunners=1)

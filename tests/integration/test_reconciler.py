@@ -703,3 +703,43 @@ async def test_seats_lost_while_the_epoch_survives_come_back_on_the_next_pass(
 
 async def seated(redis: Redis, seats: str) -> list[str]:
     return [n.decode() if isinstance(n, bytes) else str(n) for n in await redis.zrange(seats, 0, -1)]
+
+
+async def test_a_deleted_group_drains_busy_runners_finish_idle_ones_go_then_the_group(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis, aiohttp_server: MakeServer
+) -> None:
+    """Deleting a RunnerGroup starts no runner and deletes its runners that took no job (through Gitea:
+    disabled, confirmed idle, row deleted); a busy runner runs its job to the end; the finalizer holds
+    the group until then, and until Gitea lists no row of its runners."""
+    fake = FakeGitea(token=API_TOKEN)
+    server = await aiohttp_server(fake.app())
+    ns = namespace(kube)
+    url = str(server.make_url("")).rstrip("/")
+    create_group(kube, ns, "leaving", labels=[], defaultLabels=[], gitea={"url": url})
+    path = RG.format(ns=ns) + "/leaving"
+    await queue(redis, 101, labels=[])
+    await queue(redis, 102, labels=[])
+    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+        names = await eventually(lambda: sorted(j["metadata"]["name"] for j in runner_jobs(kube, ns)))
+        assert len(names) == 2
+        await eventually(
+            lambda: "gitea.bpg.pw/runners" in (api_request(kube, "GET", path)[1]["metadata"].get("finalizers") or [])
+        )
+        busy, idle = names
+        busy_row, idle_row = fake.add_runner(busy, busy=True), fake.add_runner(idle)
+        taken = JobUpdate.from_payload(model("in_progress", job_id=101, labels=[], repo="acme/widgets"))
+        await JobStore(redis).record(dataclasses.replace(taken, runner_name=busy))
+        await passes(controller, count=2)
+
+        assert api_request(kube, "DELETE", path)[0] == 200
+        await eventually(lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns)] == [busy])
+        assert fake.deleted == [idle_row] and not fake.runners.get(idle_row), "the idle runner went with its row"
+        await passes(controller, count=3)
+        assert api_request(kube, "GET", path)[0] == 200, "the busy runner holds the group"
+        assert [j["metadata"]["name"] for j in runner_jobs(kube, ns)] == [busy], "and is not deleted"
+        assert len(runner_jobs(kube, ns)) == 1, "no runner started for the job still queued"
+
+        complete_job(kube, ns, busy)  # its job done; Gitea removed its (ephemeral) row with it
+        del fake.runners[busy_row]
+        await eventually(lambda: api_request(kube, "GET", path)[0] == 404)
+    assert busy_row not in fake.deleted

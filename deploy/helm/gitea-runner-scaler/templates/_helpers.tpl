@@ -173,7 +173,7 @@ runnerNamespaces, or the release namespace. */}}
 {{- define "grs.reconcilerRules" -}}
 - apiGroups: [gitea.bpg.pw]
   resources: [runnergroups]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, patch]
 - apiGroups: [gitea.bpg.pw]
   resources: [runnergroups/status]
   verbs: [get, patch]

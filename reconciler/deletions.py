@@ -1,0 +1,76 @@
+"""A pass's deletions and the group's finalizer: runner Jobs go only as Gitea allows.
+
+Owns: applying the deletions `plan` decided, each vetted by Gitea first (`gitea_runners`: disabled,
+confirmed idle, its row removed), with those disabled but not yet confirmed retried on every pass; the
+claims and seats of deleted runners (a seat waits for the Job and its Pods to be gone, see `seating`);
+the `RunnerReaped` Event; and holding or letting go of the group's finalizer (`drain`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from reconciler import drain
+from reconciler.gitea_runners import RunnerRows
+from reconciler.kube import Kube, TransientError
+from reconciler.metrics import Metrics
+from reconciler.objects import GroupObject, JobObject
+from reconciler.plan import Delete
+from reconciler.spec import RunnerGroupSpec
+from reconciler.state import GroupState
+from webhook_scaler.coordination import Coordination
+
+log = logging.getLogger(__name__)
+
+
+class Deletions:
+    """Deletes runners for the groups of one controller."""
+
+    def __init__(self, *, kube: Kube, coordination: Coordination, rows: RunnerRows, metrics: Metrics) -> None:
+        self.kube = kube
+        self.coordination = coordination
+        self.rows = rows
+        self.metrics = metrics
+
+    async def apply(
+        self,
+        group: GroupObject,
+        spec: RunnerGroupSpec,
+        deletes: Sequence[Delete],
+        state: GroupState,
+        jobs: Sequence[JobObject],
+    ) -> set[str]:
+        """Delete the runners Gitea lets go (see `gitea_runners`); the names of those it kept."""
+        label = f"{group.namespace}/{group.name}"
+        alive = {j.name for j in jobs if not j.finished}
+        deciding = {d.name for d in deletes}
+        retiring = [d for d in self.rows.still_retiring(group.namespace, alive) if d.name not in deciding]
+        vetted = await self.rows.vet(group, spec, [*deletes, *retiring])
+        if deletes or retiring:
+            state.unlisted = tuple(vetted.unlisted)
+        state.unlisted = tuple(n for n in state.unlisted if n in alive)
+        for d in vetted.allowed:
+            await self.kube.delete_job(group.namespace, d.name)
+            state.deleting.add(d.name)  # its seat is freed once the Job and its Pods are gone
+            if d.job_id is not None:
+                await self.coordination.release(d.job_id, holder=d.name)
+            self.metrics.runners_deleted.labels(group=label, reason=d.reason).inc()
+            log.info("runner deleted", extra={"group": group.name, "job": d.name, "reason": d.reason})
+        reaped = [d.name for d in vetted.allowed if d.reason == "pending_timeout"]
+        if reaped:
+            message = f"Deleted runner Jobs Pending longer than the pendingTimeout: {', '.join(reaped)}"
+            await self.kube.event(group.ref, kind="Warning", reason="RunnerReaped", message=message)
+        return deciding - {d.name for d in vetted.allowed}
+
+    async def hold_or_finish(self, group: GroupObject, spec: RunnerGroupSpec, jobs: list[JobObject]) -> bool:
+        """Give the group its finalizer; or, deleted, let it go once its runners are done (see `drain`).
+        False: look again shortly (runners or rows not done yet, or a write raced ours)."""
+        try:
+            if not group.deleting:
+                await drain.hold(self.kube, group)
+                return True
+            return await drain.finish(self.kube, self.rows, group, spec, jobs)
+        except TransientError as exc:  # a write raced ours (409): the next pass reads the group again
+            log.info("finalizer not changed yet", extra={"group": group.name, "error": str(exc)})
+            return False
