@@ -166,36 +166,25 @@ class Kube:
         """Replace a RunnerGroup's finalizers, only if it is still at `resource_version` (else a transient
         409: the next pass reads it again); a group gone already (404) needs none."""
         meta = {"finalizers": list(finalizers) or None, "resourceVersion": resource_version}
-        try:
-            await _answered(
-                self.custom.patch_namespaced_custom_object(
-                    GROUP,
-                    VERSION,
-                    group.namespace,
-                    PLURAL,
-                    group.name,
-                    {"metadata": meta},
-                    _content_type="application/merge-patch+json",  # type: ignore[call-arg]
-                    _request_timeout=REQUEST_TIMEOUT,
-                    _preload_content=False,
-                )
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise classify(exc) from None
+        await self._merge_patch(self.custom.patch_namespaced_custom_object, group, {"metadata": meta})
 
     async def patch_status(self, group: GroupRef, status: Mapping[str, Any]) -> None:
         """Merge-patch a RunnerGroup's status subresource."""
+        await self._merge_patch(self.custom.patch_namespaced_custom_object_status, group, {"status": dict(status)})
+
+    @staticmethod
+    async def _merge_patch(call: Callable[..., Awaitable[Any]], group: GroupRef, body: Mapping[str, Any]) -> None:
+        """A merge patch of a RunnerGroup (or its status); one that is gone (404) needs none."""
         try:
             await _answered(
-                self.custom.patch_namespaced_custom_object_status(
+                call(
                     GROUP,
                     VERSION,
                     group.namespace,
                     PLURAL,
                     group.name,
-                    {"status": dict(status)},
-                    _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+                    dict(body),
+                    _content_type="application/merge-patch+json",
                     _request_timeout=REQUEST_TIMEOUT,
                     _preload_content=False,
                 )
