@@ -209,6 +209,7 @@ class Rig:
         self.faults: list[str] = []
         self.added = asyncio.Event()  # set at every new runner Job
         self._tasks: set[asyncio.Task[None]] = set()
+        self.failures: list[str] = []  # what a simulated runner's own checks found (a refused webhook...)
         self._stack = contextlib.AsyncExitStack()
 
     # -- setting up ----------------------------------------------------------------------------------
@@ -351,9 +352,16 @@ class Rig:
 
     def _spawn(self, job: dict[str, Any]) -> None:
         self.added.set()
-        task = asyncio.create_task(self._runner(job["metadata"]["name"], job["metadata"]["labels"][GROUP_LABEL]))
+        name = job["metadata"]["name"]
+        task = asyncio.create_task(self._runner(name, job["metadata"]["labels"][GROUP_LABEL]), name=name)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """A simulated runner ended: what went wrong in it fails the test (it is never awaited)."""
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.failures.append(f"{task.get_name()}: {task.exception()!r}")
 
     async def _runner(self, name: str, group: str) -> None:
         await asyncio.sleep(self.rng.uniform(0.1, 0.6))  # the Pod starts and the runner registers
@@ -420,7 +428,9 @@ class Rig:
         )
 
     def check(self, figures: Figures) -> None:
-        """Every job got exactly one runner, no group ever had more than its cap alive, nothing lost."""
+        """Every job got exactly one runner, no group ever had more than its cap alive, nothing lost, and
+        every simulated runner did what it meant to (its webhooks accepted, its Job completed)."""
+        assert not self.failures, self.failures
         assert figures.lost == 0, figures.line()
         assert figures.duplicates == 0, f"{figures.line()}; runner -> job it took: {self.took}; logs in {self.dir}"
         assert not self.idle, f"runners that found no job: {sorted(self.idle)}"  # so each ran exactly one

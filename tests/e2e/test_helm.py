@@ -267,9 +267,9 @@ def test_gitea_delivers_through_the_service_and_a_workflow_goes_green(release: R
     # The receivers in the cluster applied Gitea's deliveries (their own metrics say so, Pod by Pod).
     # At least `queued` and `completed` of each job; Gitea sends them a second or so after the fact.
     wait_for(lambda: release.deliveries_applied() - applied >= 2 * len(jobs), timeout=30, what="the deliveries applied")
-    # The installed reconciler started one runner per job, and Gitea keeps none of them.
+    # The installed reconciler started exactly one runner per job, and Gitea keeps none of them.
     runner_jobs = release.get(f"/apis/batch/v1/namespaces/{NS}/jobs?labelSelector={GROUP_LABEL}={label}")["items"]
-    assert len(runner_jobs) >= len(jobs)
+    assert len(runner_jobs) == len(jobs), [j["metadata"]["name"] for j in runner_jobs]
     wait_for(lambda: not stack.runners_with(label), timeout=60, what="Gitea lists no runner of the group")
 
 
