@@ -9,6 +9,7 @@ decisions are `plan`'s; scheduling passes is `controller`'s.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -18,6 +19,7 @@ from typing import Any
 from reconciler.deletions import Deletions
 from reconciler.gitea_runners import RunnerRows
 from reconciler.kube import Kube, TransientError
+from reconciler.manifests import template_hash
 from reconciler.metrics import Metrics
 from reconciler.objects import GroupObject, JobObject, PodObject
 from reconciler.phases import Phase, Runner, classify
@@ -74,24 +76,25 @@ class GroupPass:
         """The group's runner Jobs in the cache."""
         return self.jobs_by_group.get((group.namespace, group.name), [])
 
-    def runners(self, group: GroupObject, activity: Activity) -> list[Runner]:
-        """The group's runner Jobs, classified."""
+    def runners(self, group: GroupObject, activity: Activity, *, template: str = "") -> list[Runner]:
+        """The group's runner Jobs, classified; those made from another `template` (see
+        `manifests.template_hash`; "": none is) are outdated."""
         out = []
         for job in self.jobs_of(group):
             pods = self.pods_by_job.get((job.namespace, job.name), [])
-            out.append(
-                classify(
-                    job.name,
-                    job_id=job.job_id,
-                    created_ms=job.created_ms,
-                    finished=job.finished,
-                    reason=next((p.failure for p in pods if p.failure), job.reason),
-                    pod_phases=[(p.phase, p.running_since_ms) for p in pods],
-                    busy=_since(activity.busy_ms, job) is not None or self.rows.busy(job.namespace, job.name),
-                    finished_ms=job.finished_ms,
-                    done_ms=_since(activity.done_ms, job),
-                )
+            runner = classify(
+                job.name,
+                job_id=job.job_id,
+                created_ms=job.created_ms,
+                finished=job.finished,
+                reason=next((p.failure for p in pods if p.failure), job.reason),
+                pod_phases=[(p.phase, p.running_since_ms) for p in pods],
+                busy=_since(activity.busy_ms, job) is not None or self.rows.busy(job.namespace, job.name),
+                finished_ms=job.finished_ms,
+                done_ms=_since(activity.done_ms, job),
             )
+            outdated = bool(template and job.template and job.template != template)
+            out.append(dataclasses.replace(runner, outdated=True) if outdated else runner)
         return out
 
     async def run(
@@ -116,7 +119,7 @@ class GroupPass:
         # The queue was read before this pass; a job a runner took since is busy in `activity`, not waiting.
         still = [q for q in queued if q.job_id in activity.queued]
         total = (len(queued) if total < 0 else total) - (len(queued) - len(still))
-        runners = self.runners(group, activity)
+        runners = self.runners(group, activity, template=template_hash(spec))
         now_ms = int(self.clock() * 1000)
         decided = self._plan(spec, still, total, runners, ready.in_flight, now_ms, draining=group.deleting)
         if decided.wake_at_ms is not None:

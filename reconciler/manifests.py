@@ -17,6 +17,8 @@ fail, and the controller's per-group backoff decides when to try again. Must not
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +33,24 @@ MANAGED_BY_LABEL = "gitea.bpg.pw/managed-by"
 MANAGED_BY = "gitea-runner-scaler"
 JOB_ID_ANNOTATION = "gitea.bpg.pw/job-id"
 QUEUED_AT_ANNOTATION = "gitea.bpg.pw/queued-at-ms"
+TEMPLATE_ANNOTATION = "gitea.bpg.pw/template-hash"  # which spec made the runner: a changed one replaces it
+# The spec fields a runner is made from; the others (its sizing, its API token) change no runner.
+_SHAPING = {
+    "scope",
+    "org",
+    "user",
+    "repo",
+    "gitea",
+    "labels",
+    "default_labels",
+    "registration_token",
+    "image",
+    "container_mode",
+    "dind_image",
+    "pod_template",
+    "ttl_seconds_after_finished",
+    "active_deadline_seconds",
+}
 RUNNER_CONTAINER = "runner"
 REGISTER_CONTAINER = "register"
 STATE_VOLUME = "runner-state"
@@ -195,7 +215,7 @@ def build_job(
     """The runner Job for one queued Gitea job (`job_id`), or a warm runner (`job_id=None`)."""
     labels = {GROUP_LABEL: group.name, MANAGED_BY_LABEL: MANAGED_BY}
     template = _pod_template(spec, name=name, labels=labels)
-    annotations: dict[str, str] = {}
+    annotations: dict[str, str] = {TEMPLATE_ANNOTATION: template_hash(spec)}
     if job_id is not None:
         annotations[JOB_ID_ANNOTATION] = str(job_id)
     if queued_ms is not None:
@@ -219,6 +239,12 @@ def build_job(
         },
         "spec": job_spec,
     }
+
+
+def template_hash(spec: RunnerGroupSpec) -> str:
+    """A short digest of the spec fields its runners are made from."""
+    shaping = json.dumps(spec.model_dump(mode="json", include=_SHAPING), sort_keys=True)
+    return hashlib.sha256(shaping.encode()).hexdigest()[:16]
 
 
 def _owner_reference(group: GroupRef) -> dict[str, Any]:

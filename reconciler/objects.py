@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from reconciler.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, REGISTER_CONTAINER, RUNNER_CONTAINER, GroupRef
+from reconciler.manifests import (
+    GROUP_LABEL,
+    JOB_ID_ANNOTATION,
+    REGISTER_CONTAINER,
+    RUNNER_CONTAINER,
+    TEMPLATE_ANNOTATION,
+    GroupRef,
+)
 
 
 def _ms(timestamp: str | datetime | None) -> int | None:
@@ -57,6 +64,7 @@ class JobObject:
     finished: str  # "" while running, "Complete" or "Failed"
     reason: str  # why it failed
     finished_ms: int = 0  # when it finished (0 while running)
+    template: str = ""  # the digest of the spec that made it ("" before 0.6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +116,7 @@ def job_from(raw: Mapping[str, Any]) -> JobObject:
         finished=finished,
         reason=reason,
         finished_ms=finished_ms,
+        template=(meta.get("annotations") or {}).get(TEMPLATE_ANNOTATION, ""),
     )
 
 

@@ -38,6 +38,7 @@ class Runner:
     job_id: int | None = None  # the Gitea job it was started for (None: a warm runner)
     reason: str = ""  # why it failed, for FAILED
     finished_ms: int = 0  # when it finished, for SUCCEEDED and FAILED
+    outdated: bool = False  # made from a spec the group no longer has
 
 
 def classify(

@@ -41,7 +41,7 @@ class Delete:
     """Delete a runner Job."""
 
     name: str
-    reason: str  # pending_timeout | surplus_idle | job_over | drain (the group is being deleted)
+    reason: str  # pending_timeout | surplus_idle | job_over | outdated (its spec changed) | drain (group deleted)
     job_id: int | None = None
 
 
@@ -227,11 +227,14 @@ def _surplus_idle(spare: Sequence[Runner], *, surplus: int, now_ms: int, idle_gr
 
 
 def _reaped(active: Sequence[Runner], *, now_ms: int, pending_limit: int, finish_grace_ms: int) -> list[Delete]:
-    """Runners Pending past the pendingTimeout, and runners still up past the grace after their job."""
+    """Runners Pending past the pendingTimeout, runners still up past the grace after their job, and
+    runners that took no job made from a spec the group no longer has (each gets a current one)."""
     delete: list[Delete] = []
     for r in active:
         if r.phase is Phase.PENDING and now_ms - r.since_ms > pending_limit:
             delete.append(Delete(r.name, "pending_timeout", r.job_id))
+        elif r.outdated and r.phase in (Phase.PENDING, Phase.IDLE):
+            delete.append(Delete(r.name, "outdated", r.job_id))
         elif r.phase is Phase.FINISHING and now_ms - r.since_ms > finish_grace_ms:
             delete.append(Delete(r.name, "job_over", r.job_id))
     return delete

@@ -255,6 +255,37 @@ def test_a_group_deleted_during_a_job_lets_it_finish_then_goes_with_every_runner
     assert any('"drain"' in line for line in deleted), "the warm one was deleted, drained"
 
 
+def test_a_spec_change_replaces_the_warm_runner_and_the_busy_one_finishes_on_the_old_spec(stack: NodeStack) -> None:
+    ns, label = stack.namespace("respec"), new_label()
+    stack.group(ns, label, minIdleRunners=1)
+    repo = stack.repo()
+    run_id = stack.push(repo, LONG.format(label=label, seconds=30), path=".gitea/workflows/long.yml")
+    stack.wait_job_running(repo, run_id)
+    wait_for(lambda: len(stack.runners_with(label)) == 2, timeout=60, what="the busy runner and a warm one")
+    (job,) = stack.jobs(repo, run_id)
+    (busy,) = [r["name"] for r in stack.runners_with(label) if r["id"] == job["runner_id"]]
+    (warm,) = [r["name"] for r in stack.runners_with(label) if r["id"] != job["runner_id"]]
+    path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/runners"
+    patch = {"spec": {"ttlSecondsAfterFinished": 300}}  # a field the runner Jobs are made from
+    assert api_request(stack.node, "PATCH", path, patch, content_type="application/merge-patch+json")[0] == 200
+    fresh = wait_for(
+        lambda: (
+            [n for n in stack.active_runners(ns) if n not in (busy, warm)]
+            if warm not in stack.active_runners(ns)
+            else []
+        ),
+        timeout=60,
+        what="the warm runner replaced by one of the new spec",
+    )
+    (made,) = [j for j in stack.runner_jobs(ns) if j["metadata"]["name"] == fresh[0]]
+    assert made["spec"]["ttlSecondsAfterFinished"] == 300
+    run = stack.wait_run(repo, run_id, timeout=120)
+    assert run["conclusion"] == "success", stack.jobs(repo, run_id)
+    deleted = [line for line in stack.our_log("reconciler").splitlines() if '"runner deleted"' in line]
+    assert not [line for line in deleted if busy in line], "the busy runner ran to its end on the old spec"
+    assert [line for line in deleted if warm in line and '"outdated"' in line], "the warm one went as outdated"
+
+
 def test_the_sweep_removes_the_row_of_a_runner_deleted_behind_our_back(stack: NodeStack) -> None:
     ns, label = stack.namespace("ghost"), new_label()
     stack.group(ns, label, minIdleRunners=1)

@@ -479,3 +479,28 @@ def test_classify_a_running_runner(kw: dict[str, Any], phase: Phase) -> None:
 def test_classify_a_runner_whose_pod_exited_after_its_job() -> None:
     got = classify("r", job_id=1, created_ms=1, finished="", reason="", pod_phases=[("Succeeded", None)], busy=False)
     assert got.phase is Phase.SUCCEEDED
+
+
+def test_runners_of_a_changed_spec_that_took_no_job_are_replaced_busy_ones_finish() -> None:
+    stale = [
+        replace(runner("warm", Phase.IDLE), outdated=True),
+        replace(runner("for-1", Phase.PENDING, job_id=1), outdated=True),
+        replace(runner("busy", Phase.BUSY, job_id=9), outdated=True),
+    ]
+    decided = plan(queued=[job(1, claimed_by="for-1")], runners=stale, spec=spec(minIdleRunners=1), now_ms=NOW)
+    assert sorted(decided.delete, key=lambda d: d.name) == [
+        Delete("for-1", "outdated", 1),
+        Delete("warm", "outdated", None),
+    ]
+    assert decided.create == (Create(1, 1, stale_claim="for-1", attempt=1), Create(None)), "each replaced anew"
+
+
+def test_a_deleted_group_starts_nothing_and_lets_every_runner_that_took_no_job_go() -> None:
+    runners = [runner("idle", Phase.IDLE), runner("pending", Phase.PENDING, job_id=2), runner("busy", Phase.BUSY)]
+    decided = plan(
+        queued=[job(1), job(2, claimed_by="pending")], runners=runners, spec=spec(), now_ms=NOW, draining=True
+    )
+    assert decided.create == ()
+    assert sorted(d.name for d in decided.delete) == ["idle", "pending"]
+    assert {d.reason for d in decided.delete} == {"drain"}
+    assert decided.counts.active == 1
