@@ -62,16 +62,17 @@ async def test_a_job_queued_behind_ten_thousand_that_no_group_runs_now_is_seen_a
 
 async def test_each_round_sees_claims_and_departures_and_keeps_unchanged_jobs(redis: Redis) -> None:
     store = JobStore(redis)
-    await queue(store, range(1, 31), repo="acme/a")
+    # Ids of two digits: jobs recorded in one millisecond are ordered by id as text, and so by number.
+    await queue(store, range(11, 41), repo="acme/a")
     index: GroupIndex = index_groups([group("a", maxActiveRunners=2), group("idle")])
     reader = Demand(store)
     first = (await reader.read(index))[("ci", "a")]
-    assert (ids(first), first.total) == (list(range(1, 15)), 30)  # a window of 2 x 2 + 10
+    assert (ids(first), first.total) == (list(range(11, 25)), 30)  # a window of 2 x 2 + 10
     assert ("ci", "idle") not in await reader.read(index)
-    assert await claim(Coordination(redis), 1, holder="a-1-1", ttl_ms=60_000)
-    await store.record(JobUpdate.from_payload(model("in_progress", job_id=2, repo="acme/a")))
+    assert await claim(Coordination(redis), 11, holder="a-1-1", ttl_ms=60_000)
+    await store.record(JobUpdate.from_payload(model("in_progress", job_id=12, repo="acme/a")))
     second = (await reader.read(index))[("ci", "a")]
-    assert (ids(second), second.total) == ([1, *range(3, 16)], 29)
+    assert (ids(second), second.total) == ([11, *range(13, 26)], 29)
     assert second.jobs[0].claimed_by == "a-1-1"
     assert second.jobs[1] is first.jobs[2]  # unchanged: the same object, so an unchanged group skips its pass
     moved = index_groups([group("a", maxActiveRunners=2, labels=["other"]), group("z")])
