@@ -26,15 +26,22 @@ async def hold(kube: Kube, group: GroupObject) -> None:
     """Give a served group the finalizer, unless it has it or is being deleted already."""
     if group.deleting or FINALIZER in group.finalizers:
         return
-    finalizers = [*group.finalizers, FINALIZER]
-    await kube.set_finalizers(group.ref, finalizers, resource_version=group.resource_version)
+    if group.finalizers:  # after the others, as long as they are what the cache shows
+        current = list(group.finalizers)
+        ops = [{"op": "test", "path": "/metadata/finalizers", "value": current}]
+        ops.append({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER})
+    else:  # (a finalizer another controller adds in the same moment is lost: it adds it again)
+        ops = [{"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}]
+    await kube.patch_finalizers(group.ref, ops)
 
 
 async def let_go(kube: Kube, group: GroupObject) -> None:
     """Remove the finalizer: the API server then deletes the group, and garbage collection its Jobs."""
     if FINALIZER in group.finalizers:
-        finalizers = [f for f in group.finalizers if f != FINALIZER]
-        await kube.set_finalizers(group.ref, finalizers, resource_version=group.resource_version)
+        at = f"/metadata/finalizers/{group.finalizers.index(FINALIZER)}"
+        await kube.patch_finalizers(
+            group.ref, [{"op": "test", "path": at, "value": FINALIZER}, {"op": "remove", "path": at}]
+        )
         log.info("runner group drained", extra={"group": group.name, "namespace": group.namespace})
 
 

@@ -162,19 +162,29 @@ class Kube:
             if exc.status != 404:
                 raise classify(exc) from None
 
-    async def set_finalizers(self, group: GroupRef, finalizers: Sequence[str], *, resource_version: str) -> None:
-        """Replace a RunnerGroup's finalizers, only if it is still at `resource_version` (else a transient
-        409: the next pass reads it again); a group gone already (404) needs none."""
-        meta = {"finalizers": list(finalizers) or None, "resourceVersion": resource_version}
-        await self._merge_patch(self.custom.patch_namespaced_custom_object, group, {"metadata": meta})
+    async def patch_finalizers(self, group: GroupRef, ops: Sequence[Mapping[str, Any]]) -> None:
+        """Apply a JSON patch to a RunnerGroup's finalizers (its `test` ops guard against a concurrent
+        change: then a TransientError, and the next pass reads the group again; status writes do not
+        conflict with it). A group gone already (404) needs none."""
+        try:
+            await self._patch(
+                self.custom.patch_namespaced_custom_object, group, list(ops), "application/json-patch+json"
+            )
+        except PermanentError as exc:
+            if "422" in str(exc):  # a `test` op failed: the finalizers changed under us
+                raise TransientError(str(exc)) from None
+            raise
 
     async def patch_status(self, group: GroupRef, status: Mapping[str, Any]) -> None:
         """Merge-patch a RunnerGroup's status subresource."""
-        await self._merge_patch(self.custom.patch_namespaced_custom_object_status, group, {"status": dict(status)})
+        body = {"status": dict(status)}
+        await self._patch(
+            self.custom.patch_namespaced_custom_object_status, group, body, "application/merge-patch+json"
+        )
 
     @staticmethod
-    async def _merge_patch(call: Callable[..., Awaitable[Any]], group: GroupRef, body: Mapping[str, Any]) -> None:
-        """A merge patch of a RunnerGroup (or its status); one that is gone (404) needs none."""
+    async def _patch(call: Callable[..., Awaitable[Any]], group: GroupRef, body: Any, content_type: str) -> None:
+        """A patch of a RunnerGroup (or its status); one that is gone (404) needs none."""
         try:
             await _answered(
                 call(
@@ -183,8 +193,8 @@ class Kube:
                     group.namespace,
                     PLURAL,
                     group.name,
-                    dict(body),
-                    _content_type="application/merge-patch+json",
+                    body,
+                    _content_type=content_type,
                     _request_timeout=REQUEST_TIMEOUT,
                     _preload_content=False,
                 )

@@ -743,3 +743,19 @@ async def test_a_deleted_group_drains_busy_runners_finish_idle_ones_go_then_the_
         del fake.runners[busy_row]
         await eventually(lambda: api_request(kube, "GET", path)[0] == 404)
     assert busy_row not in fake.deleted
+
+
+async def test_the_finalizer_goes_beside_and_leaves_without_another_controllers(
+    kube: KubeCluster, redis_server: RedisServer, aiohttp_server: MakeServer
+) -> None:
+    server = await aiohttp_server(FakeGitea(token=API_TOKEN).app())
+    ns = namespace(kube)
+    body = group("shared", labels=[], defaultLabels=[], gitea={"url": str(server.make_url("")).rstrip("/")})
+    body["metadata"]["finalizers"] = ["example.com/other"]
+    assert api_request(kube, "POST", RG.format(ns=ns), body)[0] == 201
+    path = RG.format(ns=ns) + "/shared"
+    async with running_controller(kube.kubeconfig, redis_server.url, ns):
+        both = ["example.com/other", "gitea.bpg.pw/runners"]
+        await eventually(lambda: api_request(kube, "GET", path)[1]["metadata"].get("finalizers") == both)
+        assert api_request(kube, "DELETE", path)[0] == 200
+        await eventually(lambda: api_request(kube, "GET", path)[1]["metadata"].get("finalizers") == both[:1])
