@@ -225,7 +225,10 @@ class GroupPass:
         state: GroupState,
     ) -> int:
         jobs = self.jobs_of(group)
-        taken = state.deleting | (state.seated or set())
+        # Names of runner Jobs gone whose Pods are not: never given again meanwhile. A seat alone names no
+        # Job to avoid: a create in flight holds one, and its name must stay the same so that a second
+        # create of it gets a 409 (the claim's backstop, see `coordination`).
+        taken = state.deleting | self._lingering(group, state)
         names = [self.seating.name_for(group, c, jobs, taken=taken) for c in creates]
 
         async def one(c: Create, name: str) -> str:
