@@ -225,10 +225,7 @@ class GroupPass:
         state: GroupState,
     ) -> int:
         jobs = self.jobs_of(group)
-        # Names of runner Jobs gone whose Pods are not: never given again meanwhile. A seat alone names no
-        # Job to avoid: a create in flight holds one, and its name must stay the same so that a second
-        # create of it gets a 409 (the claim's backstop, see `coordination`).
-        taken = state.deleting | self._lingering(group, state)
+        taken = state.deleting | self._lingering(group, state)  # not seats alone: see `Seating.name_for`
         names = [self.seating.name_for(group, c, jobs, taken=taken) for c in creates]
 
         async def one(c: Create, name: str) -> str:

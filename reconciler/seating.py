@@ -121,7 +121,9 @@ class Seating:
     def name_for(self, group: GroupObject, c: Create, jobs: Sequence[JobObject], *, taken: Iterable[str] = ()) -> str:
         """The runner Job's name: fixed by (job, attempt) and the runners for it before (see manifests):
         those in the cache, and `taken` (deleted, their Pods still going), so a name does not come back
-        while the Pod of its earlier runner is left."""
+        while the Pod of its earlier runner is left. A seat alone is no reason to avoid a name: a create
+        in flight holds one, and its name must stay the same, so that a second create of it gets a 409
+        (the claim's backstop, see `coordination`)."""
         if c.job_id is None:
             return job_name(group.name, runner_suffix(None, random_hex=uuid.uuid4().hex))
         names = [j.name for j in jobs] + ([c.stale_claim] if c.stale_claim else []) + list(taken)
