@@ -45,7 +45,7 @@ class Deletions:
         label = f"{group.namespace}/{group.name}"
         alive = {j.name for j in jobs if not j.finished}
         deciding = {d.name for d in deletes}
-        retiring = [d for d in self.rows.still_retiring(group.namespace, alive) if d.name not in deciding]
+        retiring = [d for d in self.rows.still_retiring(group, alive) if d.name not in deciding]
         vetted = await self.rows.vet(group, spec, [*deletes, *retiring])
         if deletes or retiring:
             state.unlisted = tuple(vetted.unlisted)

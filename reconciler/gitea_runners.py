@@ -81,17 +81,17 @@ class RunnerRows:
     clock: Callable[[], float] = time.monotonic
     settle: float = SETTLE
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    retiring: dict[tuple[str, str], Delete] = field(default_factory=dict)  # disabled, not yet confirmed idle
+    retiring: dict[tuple[str, str], Delete] = field(default_factory=dict)  # (group uid, Job): disabled, unconfirmed
 
     def busy(self, namespace: str, name: str) -> bool:
         """Whether Gitea called this runner busy in the last BUSY_HOLD seconds."""
         return self.busy_until.get((namespace, name), 0.0) > self.clock()
 
-    def still_retiring(self, namespace: str, alive: Collection[str]) -> list[Delete]:
-        """The runners of a namespace that were disabled but not yet confirmed idle, still alive."""
-        for key in [k for k in self.retiring if k[0] == namespace and k[1] not in alive]:
+    def still_retiring(self, group: GroupObject, alive: Collection[str]) -> list[Delete]:
+        """The group's runners that were disabled but not yet confirmed idle, of those still `alive`."""
+        for key in [k for k in self.retiring if k[0] == group.uid and k[1] not in alive]:
             del self.retiring[key]
-        return [d for (ns, _), d in self.retiring.items() if ns == namespace]
+        return [d for (uid, _), d in self.retiring.items() if uid == group.uid]
 
     async def vet(self, group: GroupObject, spec: RunnerGroupSpec, deletes: Sequence[Delete]) -> Vetted:
         """The deletions that may go ahead, each one's Gitea row disabled, confirmed idle and removed first."""
@@ -125,7 +125,7 @@ class RunnerRows:
             self._kept(group, unlisted, "unlisted", "runners kept: no scope the group's token can list holds their row")
         allowed += await self._retire(group, idle, label)
         for d in allowed:
-            self.retiring.pop((group.namespace, d.name), None)
+            self.retiring.pop((group.uid, d.name), None)
         return Vetted(allowed, unlisted)
 
     def _busy(self, group: GroupObject, row: ActionRunner, running: set[int], *, now: float) -> bool:
@@ -133,7 +133,7 @@ class RunnerRows:
         if not (row.busy or row.id in running):
             return False
         self.busy_until[(group.namespace, row.name)] = now + BUSY_HOLD
-        self.retiring.pop((group.namespace, row.name), None)
+        self.retiring.pop((group.uid, row.name), None)
         self.metrics.runners_kept_busy.labels(group=f"{group.namespace}/{group.name}").inc()
         log.info("runner kept: Gitea says it is busy", extra={"group": group.name, "job": row.name})
         return True
@@ -163,7 +163,7 @@ class RunnerRows:
                 continue
             if self._busy(group, now_row, set(), now=self.clock()):  # it took a job before the disable
                 continue
-            self.retiring[(group.namespace, d.name)] = d
+            self.retiring[(group.uid, d.name)] = d
             self.metrics.runners_disabled.labels(group=label).inc()
             log.info("runner disabled in gitea", extra={"runner": row.name, "id": row.id, "reason": d.reason})
             disabled.append((d, scope, now_row))

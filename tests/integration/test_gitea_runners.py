@@ -145,14 +145,17 @@ async def test_a_runner_disabled_but_not_confirmed_idle_stays_due_for_deletion(g
     fake.after["org_runner_disable"] = gitea_goes_down
     vetted, rows = await vet(url, [surplus("builders-w-aaaaaa")])
     assert vetted.allowed == [] and fake.runners[runner]["disabled"] and fake.deleted == []
-    assert rows.still_retiring("ci", {"builders-w-aaaaaa"}) == [surplus("builders-w-aaaaaa")], "due though unplanned"
+    assert rows.still_retiring(GROUP, {"builders-w-aaaaaa"}) == [surplus("builders-w-aaaaaa")], "due though unplanned"
     fake.fail_with = None
     fake.after.clear()
-    vetted, _ = await vet(url, rows.still_retiring("ci", {"builders-w-aaaaaa"}), rows=rows)
+    vetted, _ = await vet(url, rows.still_retiring(GROUP, {"builders-w-aaaaaa"}), rows=rows)
     assert vetted.allowed == [surplus("builders-w-aaaaaa")] and fake.deleted == [runner]
-    assert rows.still_retiring("ci", {"builders-w-aaaaaa"}) == []
-    rows.retiring[("ci", "builders-w-gone00")] = surplus("builders-w-gone00")
-    assert rows.still_retiring("ci", set()) == [], "a runner whose Job is gone is forgotten"
+    assert rows.still_retiring(GROUP, {"builders-w-aaaaaa"}) == []
+    rows.retiring[(GROUP.uid, "builders-w-gone00")] = surplus("builders-w-gone00")
+    other = GroupObject("ci", "others", "u-2", 1, {}, {})
+    rows.retiring[(other.uid, "others-w-000000")] = surplus("others-w-000000")
+    assert rows.still_retiring(GROUP, set()) == [], "a runner whose Job is gone is forgotten"
+    assert rows.still_retiring(other, {"others-w-000000"}) == [surplus("others-w-000000")], "another group's kept"
 
 
 @pytest.mark.parametrize("reason", ["surplus_idle", "pending_timeout", "job_over"])
