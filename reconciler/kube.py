@@ -166,14 +166,8 @@ class Kube:
         """Apply a JSON patch to a RunnerGroup's finalizers (its `test` ops guard against a concurrent
         change: then a TransientError, and the next pass reads the group again; status writes do not
         conflict with it). A group gone already (404) needs none."""
-        try:
-            await self._patch(
-                self.custom.patch_namespaced_custom_object, group, list(ops), "application/json-patch+json"
-            )
-        except PermanentError as exc:
-            if "422" in str(exc):  # a `test` op failed: the finalizers changed under us
-                raise TransientError(str(exc)) from None
-            raise
+        call = self.custom.patch_namespaced_custom_object
+        await self._patch(call, group, list(ops), "application/json-patch+json", retry=(422,))
 
     async def patch_status(self, group: GroupRef, status: Mapping[str, Any]) -> None:
         """Merge-patch a RunnerGroup's status subresource."""
@@ -183,8 +177,16 @@ class Kube:
         )
 
     @staticmethod
-    async def _patch(call: Callable[..., Awaitable[Any]], group: GroupRef, body: Any, content_type: str) -> None:
-        """A patch of a RunnerGroup (or its status); one that is gone (404) needs none."""
+    async def _patch(
+        call: Callable[..., Awaitable[Any]],
+        group: GroupRef,
+        body: Any,
+        content_type: str,
+        *,
+        retry: tuple[int, ...] = (),
+    ) -> None:
+        """A patch of a RunnerGroup (or its status); one that is gone (404) needs none; `retry`: answers
+        that are transient here."""
         try:
             await _answered(
                 call(
@@ -200,6 +202,8 @@ class Kube:
                 )
             )
         except ApiException as exc:
+            if exc.status in retry:
+                raise TransientError(f"HTTP {exc.status} {exc.reason}") from None
             if exc.status != 404:
                 raise classify(exc) from None
 

@@ -181,13 +181,7 @@ def _sized(
 ) -> tuple[list[Create], list[Delete], Counts]:
     """The group sized to its demand once the `expired` runners go: the runners to create (none while
     suspended or `held`), every runner to delete (the expired ones, then surplus idle ones), the counts."""
-    spec, held, in_flight, now_ms, idle_grace_ms = (
-        sizing.spec,
-        sizing.held,
-        sizing.in_flight,
-        sizing.now_ms,
-        sizing.idle_grace_ms,
-    )
+    spec, in_flight = sizing.spec, sizing.in_flight
     active = [r for r in runners if r.phase in ACTIVE]
     delete = list(expired)
     reaped = {d.name for d in delete}
@@ -196,12 +190,12 @@ def _sized(
     wanting, served_elsewhere = _wanting(queued, runners, reaped, in_flight)
     demand = 0 if spec.suspend else len(queued) - served_elsewhere + spec.min_idle_runners
     surplus = len(spare) + len(in_flight) - demand
-    idle = _surplus_idle(spare, surplus=surplus, now_ms=now_ms, idle_grace_ms=idle_grace_ms)
+    idle = _surplus_idle(spare, surplus=surplus, now_ms=sizing.now_ms, idle_grace_ms=sizing.idle_grace_ms)
     delete.extend(idle)
     active_count -= len(idle)
     surplus -= len(idle)
     create: list[Create] = []
-    if not spec.suspend and not held and surplus < 0:
+    if not spec.suspend and not sizing.held and surplus < 0:
         wanted = min(-surplus, spec.max_active_runners - active_count)
         create = wanting[: max(0, wanted)]
         create.extend(Create(None) for _ in range(max(0, wanted - len(create))))
