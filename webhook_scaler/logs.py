@@ -16,6 +16,10 @@ _STANDARD = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asc
 _VERBATIM = ("kubernetes_asyncio", "aiohttp.access", "urllib3")
 
 
+def _extras(record: logging.LogRecord) -> dict[str, object]:
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
+
+
 class JsonFormatter(logging.Formatter):
     """Renders a record as JSON with its `extra=` fields at the top level."""
 
@@ -27,13 +31,23 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                out[key] = value
+        out.update(_extras(record))
         if record.exc_info and record.exc_info[0] is not None:
             out["error"] = record.exc_info[0].__name__
             out["traceback"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """Renders a record as one line for a terminal, its `extra=` fields as `key=value` after the message."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The message, then the fields."""
+        fields = " ".join(f"{k}={json.dumps(v, default=str)}" for k, v in _extras(record).items())
+        return f"{super().formatMessage(record)} {fields}".rstrip()
 
 
 def setup(*, level: str, fmt: Literal["json", "text"]) -> None:
@@ -42,7 +56,7 @@ def setup(*, level: str, fmt: Literal["json", "text"]) -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
