@@ -39,6 +39,7 @@ class Runner:
     reason: str = ""  # why it failed, for FAILED
     finished_ms: int = 0  # when it finished, for SUCCEEDED and FAILED
     outdated: bool = False  # made from a spec the group no longer has
+    heard: bool = False  # Gitea told us it took a job (a webhook or a poll), since its Job was created
 
 
 def classify(
@@ -55,8 +56,9 @@ def classify(
 ) -> Runner:
     """A runner's phase from its Job's finish condition, its Pods' (phase, running-since) and Gitea's word
     (`busy`: it runs a job; `done_ms`: when the job it took completed)."""
+    heard = busy or done_ms is not None
     if finished == "Complete":
-        return Runner(name, Phase.SUCCEEDED, created_ms, job_id, finished_ms=finished_ms or created_ms)
+        return Runner(name, Phase.SUCCEEDED, created_ms, job_id, finished_ms=finished_ms or created_ms, heard=heard)
     if finished == "Failed":
         return Runner(name, Phase.FAILED, created_ms, job_id, reason or "Failed", finished_ms or created_ms)
     running = [since for phase, since in pod_phases if phase == "Running"]
@@ -68,5 +70,5 @@ def classify(
         return Runner(name, Phase.IDLE, min((s for s in running if s), default=created_ms), job_id)
     if any(phase == "Succeeded" for phase, _ in pod_phases):
         # The runner exited 0 after its one job; the Job's Complete condition follows shortly.
-        return Runner(name, Phase.SUCCEEDED, created_ms, job_id)
+        return Runner(name, Phase.SUCCEEDED, created_ms, job_id, heard=heard)
     return Runner(name, Phase.PENDING, created_ms, job_id)

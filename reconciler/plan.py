@@ -18,6 +18,7 @@ it survives restarts; a runner that takes a job ends it. Must not do I/O, sleep,
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -187,16 +188,18 @@ def _sized(
     reaped = {d.name for d in delete}
     spare = [r for r in active if r.phase in (Phase.PENDING, Phase.IDLE) and r.name not in reaped]
     active_count = len(active) - len(reaped) + len(in_flight)
-    wanting, served_elsewhere = _wanting(queued, runners, reaped, in_flight)
-    demand = 0 if spec.suspend else len(queued) - served_elsewhere + spec.min_idle_runners
+    wanting, served = _wanting(queued, runners, reaped, in_flight)
+    demand = 0 if spec.suspend else len(queued) - len(served) + spec.min_idle_runners
     surplus = len(spare) + len(in_flight) - demand
     idle = _surplus_idle(spare, surplus=surplus, now_ms=sizing.now_ms, idle_grace_ms=sizing.idle_grace_ms)
     delete.extend(idle)
     active_count -= len(idle)
     surplus -= len(idle)
     create: list[Create] = []
-    if not spec.suspend and not sizing.held and surplus < 0:
-        wanted = min(-surplus, spec.max_active_runners - active_count)
+    gone = {j.job_id for j in served}
+    doubt = _ran_unheard([j for j in queued if j.job_id not in gone], runners, served=served, now_ms=sizing.now_ms)
+    if not spec.suspend and not sizing.held and surplus + doubt < 0:
+        wanted = min(-surplus - doubt, spec.max_active_runners - active_count)
         create = wanting[: max(0, wanted)]
         create.extend(Create(None) for _ in range(max(0, wanted - len(create))))
     deleted = {d.name for d in delete}
@@ -206,6 +209,26 @@ def _sized(
         queued=len(queued),
     )
     return create, delete, counts
+
+
+def _ran_unheard(
+    queued: Sequence[QueuedJob], runners: Sequence[Runner], *, served: Sequence[QueuedJob], now_ms: int
+) -> int:
+    """How many of the `queued` jobs runners may have run unheard of: an ephemeral runner that exited 0
+    ran one job, and if no webhook or poll told which, it may be any job known queued before it finished
+    and not listed queued by a poll begun after (+1 s: a Job's finish time has whole seconds). They get no
+    new runner until a poll tells (`missed`, or listed again). A runner holding the claim of a job
+    `served` elsewhere is taken to have run that one."""
+    holders = {j.claimed_by for j in served}
+    unheard = [r for r in runners if r.phase is Phase.SUCCEEDED and not r.heard and r.name not in holders]
+    # each job from when a runner may have run it: known queued, and not listed queued since
+    since = deque(sorted(max(j.queued_ms, (j.listed_ms or 0) - 1000) for j in queued))
+    doubt = 0
+    for finished in sorted(r.finished_ms or now_ms for r in unheard):  # one job each: the first it may have run
+        if since and since[0] <= finished:
+            since.popleft()
+            doubt += 1
+    return doubt
 
 
 def _surplus_idle(spare: Sequence[Runner], *, surplus: int, now_ms: int, idle_grace_ms: int) -> list[Delete]:
@@ -236,8 +259,8 @@ def _reaped(active: Sequence[Runner], *, now_ms: int, pending_limit: int, finish
 
 def _wanting(
     queued: Sequence[QueuedJob], runners: Sequence[Runner], reaped: set[str], in_flight: frozenset[str]
-) -> tuple[list[Create], int]:
-    """The runners the queued jobs want, oldest job first, and how many jobs another runner serves.
+) -> tuple[list[Create], list[QueuedJob]]:
+    """The runners the queued jobs want, oldest job first, and the jobs another runner serves.
 
     A job wants a runner unless an active runner of the group was started for it, or its claim is
     held by a runner being created (`in_flight`) or by one this group does not have (another group's,
@@ -252,23 +275,23 @@ def _wanting(
     by_name = {r.name: r for r in runners}
     started_for = {r.job_id for r in runners if r.phase in ACTIVE and r.name not in reaped}
     wanting: list[Create] = []
-    served_elsewhere = 0
+    served: list[QueuedJob] = []
     for job in sorted(queued, key=lambda j: (j.queued_ms, j.job_id)):
         holder = by_name.get(job.claimed_by or "")
         if job.missed:
-            served_elsewhere += 1
+            served.append(job)
             continue
         if job.job_id in started_for:
             continue
         if job.claimed_by is None:
             wanting.append(Create(job.job_id, job.queued_ms, attempt=job.generation))
         elif holder is not None and holder.phase is Phase.SUCCEEDED and not _listed_after(job, holder):
-            served_elsewhere += 1
+            served.append(job)
         elif holder is not None and (holder.phase not in ACTIVE or holder.name in reaped):
             wanting.append(Create(job.job_id, job.queued_ms, stale_claim=job.claimed_by, attempt=job.generation))
         elif holder is None and job.claimed_by not in in_flight:
-            served_elsewhere += 1
-    return wanting, served_elsewhere
+            served.append(job)
+    return wanting, served
 
 
 def _listed_after(job: QueuedJob, holder: Runner) -> bool:

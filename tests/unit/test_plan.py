@@ -108,6 +108,50 @@ def runner(name: str, phase: Phase, *, since: int = NOW - 1000, job_id: int | No
             id="a-job-the-last-listing-missed-wants-nothing-and-its-runner-serves-another",
         ),
         pytest.param(
+            [job(1, claimed_by="r1")],
+            [runner("r1", Phase.BUSY, job_id=1), Runner("r2", Phase.SUCCEEDED, NOW - 9000, 2, finished_ms=NOW - 2000)],
+            {},
+            [],
+            [],
+            id="a-runner-ran-the-job-whose-own-runner-is-busy-elsewhere-unheard-of",
+        ),
+        pytest.param(
+            [job(1, claimed_by="r1"), job(2, claimed_by="r2", listed_ms=NOW - 4000)],
+            [
+                runner("r1", Phase.BUSY, job_id=1),
+                Runner("r2", Phase.SUCCEEDED, NOW - 9000, 2, finished_ms=NOW - 6000, heard=True),
+                Runner("r3", Phase.SUCCEEDED, NOW - 9000, 3, finished_ms=NOW - 2000, heard=True),
+            ],
+            {},
+            [Create(2, 2, stale_claim="r2"), Create(None)],
+            [],
+            id="runners-that-ran-jobs-we-heard-of-hide-no-job",
+        ),
+        pytest.param(
+            [job(1, claimed_by="r1", queued_ms=NOW - 8000, listed_ms=NOW - 500)],
+            [runner("r1", Phase.BUSY, job_id=1), Runner("r2", Phase.SUCCEEDED, NOW - 9000, 2, finished_ms=NOW - 2000)],
+            {},
+            [Create(None)],
+            [],
+            id="a-poll-after-a-runner-finished-unheard-of-still-lists-the-job",
+        ),
+        pytest.param(
+            [job(1, claimed_by="r1", queued_ms=NOW - 1000)],
+            [runner("r1", Phase.BUSY, job_id=1), Runner("r2", Phase.SUCCEEDED, NOW - 9000, 2, finished_ms=NOW - 2000)],
+            {},
+            [Create(None)],
+            [],
+            id="a-job-queued-after-a-runner-finished-unheard-of-is-not-the-one-it-ran",
+        ),
+        pytest.param(
+            [job(1), job(2), job(3)],
+            [Runner("r9", Phase.SUCCEEDED, NOW - 9000, 9, finished_ms=NOW - 2000)],
+            {},
+            [Create(1, 1), Create(2, 2)],
+            [],
+            id="one-job-per-runner-that-finished-unheard-of",
+        ),
+        pytest.param(
             [job(1)],
             [runner("b1", Phase.BUSY), runner("b2", Phase.BUSY), runner("b3", Phase.BUSY)],
             {},
@@ -411,7 +455,7 @@ def failed(name: str, at: int) -> Runner:
             [failed(f"f{i}", NOW - 301_000 + i) for i in range(20)], NOW, False, 20, id="capped-at-300s-then-retries"
         ),
         pytest.param(
-            [failed("f1", NOW - 5_000), Runner("ok", Phase.SUCCEEDED, NOW - 9000, finished_ms=NOW - 1000)],
+            [failed("f1", NOW - 5_000), Runner("ok", Phase.SUCCEEDED, NOW - 9000, finished_ms=NOW - 1000, heard=True)],
             NOW,
             False,
             0,
@@ -478,7 +522,15 @@ def test_classify_a_running_runner(kw: dict[str, Any], phase: Phase) -> None:
 
 def test_classify_a_runner_whose_pod_exited_after_its_job() -> None:
     got = classify("r", job_id=1, created_ms=1, finished="", reason="", pod_phases=[("Succeeded", None)], busy=False)
-    assert got.phase is Phase.SUCCEEDED
+    assert (got.phase, got.heard) == (Phase.SUCCEEDED, False)
+
+
+@pytest.mark.parametrize(("busy", "done_ms", "heard"), [(False, None, False), (True, None, True), (False, 5, True)])
+def test_a_finished_runner_is_heard_of_if_gitea_told_of_its_job(busy: bool, done_ms: int | None, heard: bool) -> None:
+    got = classify(
+        "r", job_id=1, created_ms=1, finished="Complete", reason="", pod_phases=[], busy=busy, done_ms=done_ms
+    )
+    assert (got.phase, got.heard) == (Phase.SUCCEEDED, heard)
 
 
 def test_runners_of_a_changed_spec_that_took_no_job_are_replaced_busy_ones_finish() -> None:
