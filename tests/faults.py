@@ -433,7 +433,8 @@ class Rig:
         assert not self.failures, self.failures
         assert figures.lost == 0, figures.line()
         assert figures.duplicates == 0, (
-            f"{figures.line()}; runner -> job it took: {self.took}; runners that took none: {sorted(self.idle)}; logs in {self.dir}"
+            f"{figures.line()}; runner -> job it took: {self.took}; runners that took none: {sorted(self.idle)}; "
+            f"logs in {self.dir}"
         )
         assert not self.idle, f"runners that found no job: {sorted(self.idle)}"  # so each ran exactly one
         assert len(figures.max_by_group) == self.groups, figures.max_by_group
