@@ -12,11 +12,12 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from reconciler.deletions import Deletions
+from reconciler.disruption import LOST, Budgets
 from reconciler.gitea_runners import RunnerRows
 from reconciler.kube import Kube, TransientError
 from reconciler.manifests import template_hash
@@ -69,6 +70,8 @@ class GroupPass:
         self.create_slots = asyncio.Semaphore(settings.create_concurrency)  # shared by every group's pass
         self.seating = Seating(coordination, kube, claim_ttl_ms=int(settings.claim_ttl * 1000))
         self.deletions = Deletions(kube=kube, coordination=coordination, rows=rows, metrics=metrics)
+        self.budgets = Budgets(kube)
+        self.facts_window_ms = int((2 * settings.poll_interval + 10) * 1000)
         self.jobs_by_group: Mapping[tuple[str, str], list[JobObject]] = {}
         self.pods_by_job: Mapping[tuple[str, str], list[PodObject]] = {}
 
@@ -76,9 +79,18 @@ class GroupPass:
         """The group's runner Jobs in the cache."""
         return self.jobs_by_group.get((group.namespace, group.name), [])
 
-    def runners(self, group: GroupObject, activity: Activity, *, template: str = "") -> list[Runner]:
+    def _asked(self, jobs: list[JobObject]) -> list[str]:
+        """The runner Jobs to ask Gitea's word on: the active ones, and those finished within two polls (see
+        `plan._ran_unheard` and `_report_failures`: whether Gitea told of the job they ran)."""
+        since = int(self.clock() * 1000) - self.facts_window_ms
+        return [j.name for j in jobs if not j.finished or j.finished_ms >= since]
+
+    def runners(
+        self, group: GroupObject, activity: Activity, *, template: str = "", asked: Collection[str] | None = None
+    ) -> list[Runner]:
         """The group's runner Jobs, classified; those made from another `template` (see
-        `manifests.template_hash`; "": none is) are outdated."""
+        `manifests.template_hash`; "": none is) are outdated. A finished Job not `asked` about is taken to
+        have run a job Gitea told of, if it succeeded, and not to have died during one, if it failed."""
         out = []
         for job in self.jobs_of(group):
             pods = self.pods_by_job.get((job.namespace, job.name), [])
@@ -93,6 +105,8 @@ class GroupPass:
                 finished_ms=job.finished_ms,
                 done_ms=_since(activity.done_ms, job),
             )
+            if asked is not None and job.finished and job.name not in asked:
+                runner = dataclasses.replace(runner, heard=runner.phase is Phase.SUCCEEDED)
             outdated = bool(template and job.template and job.template != template)
             out.append(dataclasses.replace(runner, outdated=True) if outdated else runner)
         return out
@@ -109,9 +123,9 @@ class GroupPass:
         """Plan one group and apply the plan: `queued` are its oldest queued jobs, of `total` (-1: all).
         With a `lease` (holder, ttl ms), None if another replica has the group's lease."""
         jobs, ids = self.jobs_of(group), [q.job_id for q in queued]
-        active = [j.name for j in jobs if not j.finished]
+        asked = self._asked(jobs)
         prepared = await self.seating.prepare(
-            group, jobs, state, lease=lease, runners=active, queued=ids, lingering=self._lingering(group, state)
+            group, jobs, state, lease=lease, runners=asked, queued=ids, lingering=self._lingering(group, state)
         )
         if prepared is None:
             return None
@@ -119,7 +133,7 @@ class GroupPass:
         # The queue was read before this pass; a job a runner took since is busy in `activity`, not waiting.
         still = [q for q in queued if q.job_id in activity.queued]
         total = (len(queued) if total < 0 else total) - (len(queued) - len(still))
-        runners = self.runners(group, activity, template=template_hash(spec))
+        runners = self.runners(group, activity, template=template_hash(spec), asked=asked)
         now_ms = int(self.clock() * 1000)
         decided = self._plan(spec, still, total, runners, ready.in_flight, now_ms, draining=group.deleting)
         if decided.wake_at_ms is not None:
@@ -131,7 +145,7 @@ class GroupPass:
         created = await self._creates(group, spec, creates, ready, label, state=state)
         if ready.wait_until_ms is not None:
             self.wake_at(state, now_ms + max(0, ready.wait_until_ms - ready.now_ms))
-        await self._report_failures(group, decided, state, label)
+        await self._tend(group, decided, runners, state, label)
         self._gauges(label, spec, decided, runners, created)
         await self.write_status(group, self._status(group, spec, decided, state), state)
         if not await self.deletions.hold_or_finish(group, spec, jobs):
@@ -253,6 +267,13 @@ class GroupPass:
                 raise r
         return len(made)
 
+    async def _tend(
+        self, group: GroupObject, decided: Plan, runners: list[Runner], state: GroupState, label: str
+    ) -> None:
+        """Report the runners that failed, and protect the busy ones from evictions (see `disruption`)."""
+        await self._report_failures(group, decided, state, label)
+        await self.budgets.protect(group, runners, self.jobs_of(group), state)
+
     async def _report_failures(self, group: GroupObject, decided: Plan, state: GroupState, label: str) -> None:
         names_now = {r.name for r in decided.failed}
         for r in decided.failed:
@@ -265,8 +286,11 @@ class GroupPass:
                 continue
             if registration_failed(r):
                 self.metrics.registration_failures.labels(group=label).inc()
-            message = f"Runner Job {r.name} failed ({r.reason}); its slot is free again"
-            await self.kube.event(group.ref, kind="Warning", reason="RunnerFailed", message=message)
+            message, reason = f"Runner Job {r.name} failed ({r.reason}); its slot is free again", "RunnerFailed"
+            if r.heard:
+                self.metrics.runners_lost.labels(group=label).inc()
+                message, reason = f"Runner Job {r.name} died during its job ({r.reason}): {LOST}", "RunnerLost"
+            await self.kube.event(group.ref, kind="Warning", reason=reason, message=message)
         state.reported_failures = names_now
 
 

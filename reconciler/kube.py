@@ -30,6 +30,7 @@ from reconciler.status import SEAT_EPOCH
 log = logging.getLogger(__name__)
 COMPONENT = "gitea-runner-scaler"
 REQUEST_TIMEOUT = 30.0  # seconds; no API call may wait for ever (watches end by their own timeout)
+_WRITE: dict[str, Any] = {"_request_timeout": REQUEST_TIMEOUT, "_preload_content": False}  # see `_answered`
 
 
 class TransientError(Exception):
@@ -99,6 +100,20 @@ async def _answered(call: Awaitable[Any]) -> None:
             raise refused
 
 
+async def _created(call: Awaitable[Any]) -> bool:
+    """Send a create (its answer not turned into a model, see `_answered`): False if an object of that
+    name exists already."""
+    try:
+        await _answered(call)
+    except ApiException as exc:
+        if exc.status == 409 and "AlreadyExists" in str(exc.body or ""):
+            return False
+        raise classify(exc) from None
+    except (TimeoutError, OSError, aiohttp.ClientError) as exc:
+        raise classify(exc) from None
+    return True
+
+
 class Kube:
     """Typed operations over the API objects the reconciler owns or reads."""
 
@@ -108,25 +123,17 @@ class Kube:
         self.custom = client.CustomObjectsApi(api)
         self.batch = client.BatchV1Api(api)
         self.core = client.CoreV1Api(api)
+        self.policy = client.PolicyV1Api(api)
 
     async def create_job(self, body: Mapping[str, Any]) -> bool:
         """Create a Job; False if one of that name exists already (409 is success)."""
-        try:
-            await _answered(
-                self.batch.create_namespaced_job(
-                    body["metadata"]["namespace"],
-                    cast(Any, body),
-                    _request_timeout=REQUEST_TIMEOUT,
-                    _preload_content=False,
-                )
-            )
-        except ApiException as exc:
-            if exc.status == 409 and "AlreadyExists" in str(exc.body or ""):
-                return False
-            raise classify(exc) from None
-        except (TimeoutError, OSError, aiohttp.ClientError) as exc:
-            raise classify(exc) from None
-        return True
+        namespace = body["metadata"]["namespace"]
+        return await _created(self.batch.create_namespaced_job(namespace, cast(Any, body), **_WRITE))
+
+    async def create_budget(self, body: Mapping[str, Any]) -> bool:
+        """Create a PodDisruptionBudget; False if one of that name exists already (409 is success)."""
+        namespace = body["metadata"]["namespace"]
+        return await _created(self.policy.create_namespaced_pod_disruption_budget(namespace, cast(Any, body), **_WRITE))
 
     async def job_exists(self, namespace: str, name: str) -> bool:
         """Whether the API server (not the cache) has a Job of that name."""

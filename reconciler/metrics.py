@@ -44,6 +44,10 @@ _HELP = {
     "grs_desired_runners": "Runners the group wants after this pass (queued jobs + minIdleRunners, within the cap).",
     "grs_max_runners": "The group's maxActiveRunners.",
     "grs_registration_failures": "Runners that failed to register with Gitea (wrong token, Gitea unreachable).",
+    "grs_runners_lost": (
+        "Runners that died during a job (evicted despite their budget, OOM-killed, their node lost): Gitea fails "
+        "the job once it stops hearing from the runner."
+    ),
 }
 
 
@@ -72,6 +76,7 @@ class Metrics:
     desired_runners: Gauge
     max_runners: Gauge
     registration_failures: Counter
+    runners_lost: Counter
 
     def forget(self, group: str) -> None:
         """Remove every series of a group that is gone, so that dashboards stop showing it."""
@@ -93,6 +98,7 @@ class Metrics:
             self.desired_runners,
             self.max_runners,
             self.registration_failures,
+            self.runners_lost,
         ):
             metric.remove_by_labels({"group": group})
 
@@ -121,6 +127,7 @@ class Metrics:
             desired_runners=_gauge(registry, "grs_desired_runners", "group"),
             max_runners=_gauge(registry, "grs_max_runners", "group"),
             registration_failures=_counter(registry, "grs_registration_failures", "group"),
+            runners_lost=_counter(registry, "grs_runners_lost", "group"),
         )
 
 

@@ -65,6 +65,7 @@ class JobObject:
     reason: str  # why it failed
     finished_ms: int = 0  # when it finished (0 while running)
     template: str = ""  # the digest of the spec that made it ("" before 0.6)
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +118,7 @@ def job_from(raw: Mapping[str, Any]) -> JobObject:
         reason=reason,
         finished_ms=finished_ms,
         template=(meta.get("annotations") or {}).get(TEMPLATE_ANNOTATION, ""),
+        uid=meta.get("uid") or "",
     )
 
 

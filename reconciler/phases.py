@@ -39,7 +39,9 @@ class Runner:
     reason: str = ""  # why it failed, for FAILED
     finished_ms: int = 0  # when it finished, for SUCCEEDED and FAILED
     outdated: bool = False  # made from a spec the group no longer has
-    heard: bool = False  # Gitea told us it took a job (a webhook or a poll), since its Job was created
+    # Gitea told us it took a job (a webhook or a poll), since its Job was created; for FAILED: a job
+    # not over when it failed (it died during the job)
+    heard: bool = False
 
 
 def classify(
@@ -60,7 +62,10 @@ def classify(
     if finished == "Complete":
         return Runner(name, Phase.SUCCEEDED, created_ms, job_id, finished_ms=finished_ms or created_ms, heard=heard)
     if finished == "Failed":
-        return Runner(name, Phase.FAILED, created_ms, job_id, reason or "Failed", finished_ms or created_ms)
+        failed_ms = finished_ms or created_ms
+        return Runner(
+            name, Phase.FAILED, created_ms, job_id, reason or "Failed", failed_ms, heard=busy and done_ms is None
+        )
     running = [since for phase, since in pod_phases if phase == "Running"]
     if busy:
         return Runner(name, Phase.BUSY, min((s for s in running if s), default=created_ms), job_id)

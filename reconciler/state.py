@@ -34,4 +34,5 @@ class GroupState:
     seated: set[str] | None = None  # the seats held after the last pass (None: not read yet)
     epoch: str = ""  # the seat epoch whose active Jobs this replica has seated
     deleting: set[str] = field(default_factory=set)  # runner Jobs we deleted whose seats wait for their Pods to go
+    protected: set[str] = field(default_factory=set)  # busy runner Jobs given a PodDisruptionBudget
     unlisted: tuple[str, ...] = ()  # runners kept: no scope the group's API token can list holds their row

@@ -297,6 +297,19 @@ def apply_crd(cluster: KubeCluster, crd: dict[str, Any], *, timeout: float = 30)
     raise TimeoutError(f"CRD {name} not established")
 
 
+def fail_job(cluster: KubeCluster, namespace: str, name: str, reason: str = "BackoffLimitExceeded") -> None:
+    """Mark a Job Failed through its status, as the Job controller does when its Pod failed."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conditions = [
+        {"type": t, "status": "True", "reason": reason, "lastTransitionTime": now, "lastProbeTime": now}
+        for t in ("FailureTarget", "Failed")  # the order the Job controller sets them in
+    ]
+    status = {"status": {"startTime": now, "failed": 1, "conditions": conditions}}
+    path = f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}/status"
+    code, answer = api_request(cluster, "PATCH", path, status, content_type="application/merge-patch+json")
+    assert code == 200, answer
+
+
 def complete_job(cluster: KubeCluster, namespace: str, name: str) -> None:
     """Mark a Job Complete through its status, as the Job controller does when its Pod succeeded."""
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -28,6 +28,9 @@ from tests.node.cluster import image
 pytestmark = pytest.mark.node
 
 
+JOB_NAME = "batch.kubernetes.io/job-name"
+
+
 def new_label() -> str:
     return f"l{uuid.uuid4().hex[:6]}"
 
@@ -253,6 +256,46 @@ def test_a_group_deleted_during_a_job_lets_it_finish_then_goes_with_every_runner
     deleted = [line for line in stack.our_log("reconciler").splitlines() if '"runner deleted"' in line]
     assert not [line for line in deleted if busy in line], "the busy runner ran to its end"
     assert any('"drain"' in line for line in deleted), "the warm one was deleted, drained"
+
+
+def _evict(stack: NodeStack, ns: str, pod: str) -> int:
+    """What `kubectl drain` and the cluster autoscaler do to each Pod of a node: the Eviction API."""
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": ns}}
+    return api_request(stack.node, "POST", f"/api/v1/namespaces/{ns}/pods/{pod}/eviction", body)[0]
+
+
+def test_a_node_drain_waits_for_the_busy_runner_whose_job_goes_green(stack: NodeStack) -> None:
+    """The node is drained during a job: the busy runner's Pod is not evicted (its budget, computed by the
+    real disruption controller, allows none), the warm runner's is, and the job succeeds."""
+    ns, label = stack.namespace("evict"), new_label()
+    stack.group(ns, label, minIdleRunners=1)
+    repo = stack.repo()
+    run_id = stack.push(repo, LONG.format(label=label, seconds=30), path=".gitea/workflows/long.yml")
+    stack.wait_job_running(repo, run_id)
+    wait_for(lambda: len(stack.runners_with(label)) == 2, timeout=60, what="the busy runner and a warm one")
+    (job,) = stack.jobs(repo, run_id)
+    (busy,) = [r["name"] for r in stack.runners_with(label) if r["id"] == job["runner_id"]]
+    (warm,) = [r["name"] for r in stack.runners_with(label) if r["id"] != job["runner_id"]]
+    path = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{busy}"
+    wait_for(
+        lambda: api_request(stack.node, "GET", path)[1].get("status", {}).get("currentHealthy") == 1,
+        timeout=60,
+        what="the busy runner's budget, its Pod counted by the disruption controller",
+    )
+
+    def pod_of(runner: str) -> str:
+        (pod,) = [p["metadata"]["name"] for p in stack.pods(ns) if p["metadata"]["labels"].get(JOB_NAME) == runner]
+        return pod
+
+    assert _evict(stack, ns, pod_of(busy)) == 429, "the busy runner stays"
+    assert _evict(stack, ns, pod_of(warm)) == 201, "the warm runner may go"
+    run = stack.wait_run(repo, run_id, timeout=120)
+    assert run["conclusion"] == "success", stack.jobs(repo, run_id)
+    wait_for(
+        lambda: [j["status"].get("succeeded") for j in stack.runner_jobs(ns) if j["metadata"]["name"] == busy] == [1],
+        timeout=60,
+        what="the busy runner ran to its end",
+    )
 
 
 def test_a_spec_change_replaces_the_warm_runner_and_the_busy_one_finishes_on_the_old_spec(stack: NodeStack) -> None:

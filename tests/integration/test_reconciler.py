@@ -36,7 +36,7 @@ from tests.fake_gitea import FakeGitea
 from tests.groups import REFUSED, changed, operator_form, spec_dict
 from tests.groups import spec as spec_model
 from tests.jobs import model
-from tests.kube_cluster import KubeCluster, api_request, complete_job
+from tests.kube_cluster import KubeCluster, api_request, complete_job, fail_job
 from tests.redis_server import RedisServer
 from webhook_scaler.coordination import CLAIM_PENDING_S
 from webhook_scaler.jobs import JobUpdate, Scope
@@ -759,3 +759,65 @@ async def test_the_finalizer_goes_beside_and_leaves_without_another_controllers(
         await eventually(lambda: api_request(kube, "GET", path)[1]["metadata"].get("finalizers") == both)
         assert api_request(kube, "DELETE", path)[0] == 200
         await eventually(lambda: api_request(kube, "GET", path)[1]["metadata"].get("finalizers") == both[:1])
+
+
+def _running_pod(kube: KubeCluster, ns: str, job: dict[str, Any]) -> str:
+    """The Pod the Job controller and a kubelet would make for `job`, Running (neither runs here)."""
+    name = job["metadata"]["name"]
+    labels = {**job["spec"]["template"]["metadata"]["labels"], "batch.kubernetes.io/job-name": name}
+    pod = {
+        "metadata": {"name": f"{name}-p", "labels": labels},
+        "spec": {"containers": [{"name": "runner", "image": "r"}]},
+    }
+    assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/pods", pod)[0] == 201
+    started = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    running = {"phase": "Running", "containerStatuses": [{"name": "runner", "ready": True, "state": started}]}
+    patch = f"/api/v1/namespaces/{ns}/pods/{name}-p/status"
+    assert api_request(kube, "PATCH", patch, {"status": running}, content_type="application/merge-patch+json")[0] == 200
+    return f"{name}-p"
+
+
+def _evict(kube: KubeCluster, ns: str, pod: str) -> int:
+    """What `kubectl drain` and the cluster autoscaler do to a Pod: the Eviction API."""
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": ns}}
+    return api_request(kube, "POST", f"/api/v1/namespaces/{ns}/pods/{pod}/eviction", body)[0]
+
+
+async def test_a_busy_runner_cannot_be_evicted_an_idle_one_can(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis, aiohttp_server: MakeServer
+) -> None:
+    """A runner running a job gets a PodDisruptionBudget over its Job's Pods, owned by the Job: the
+    Eviction API (`kubectl drain`, the cluster autoscaler) refuses to evict it. An idle runner has
+    none: evicted, it is replaced. A busy runner that dies anyway is reported: RunnerLost."""
+    server = await aiohttp_server(FakeGitea(token=API_TOKEN).app())
+    ns = namespace(kube)
+    create_group(kube, ns, "drained", labels=[], defaultLabels=[], gitea={"url": str(server.make_url("")).rstrip("/")})
+    await queue(redis, 111, labels=[])
+    await queue(redis, 112, labels=[])
+    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+        jobs = await eventually(lambda: sorted(runner_jobs(kube, ns), key=lambda j: j["metadata"]["name"]))
+        assert len(jobs) == 2
+        account = {"metadata": {"name": "default"}}  # no controller-manager here makes it
+        assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/serviceaccounts", account)[0] == 201
+        busy_pod, idle_pod = (_running_pod(kube, ns, j) for j in jobs)
+        busy = jobs[0]["metadata"]
+        taken = JobUpdate.from_payload(model("in_progress", job_id=111, labels=[], repo="acme/widgets"))
+        await JobStore(redis).record(dataclasses.replace(taken, runner_name=busy["name"]))
+
+        budgets = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"
+        (pdb,) = await eventually(lambda: api_request(kube, "GET", budgets)[1]["items"])
+        assert pdb["metadata"]["name"] == busy["name"]
+        assert [o["uid"] for o in pdb["metadata"]["ownerReferences"]] == [busy["uid"]], "it goes with the Job"
+        assert pdb["spec"] == {
+            "minAvailable": 1,
+            "selector": {"matchLabels": {"batch.kubernetes.io/job-name": busy["name"]}},
+        }
+        assert _evict(kube, ns, busy_pod) == 429, "the busy runner stays"
+        assert _evict(kube, ns, idle_pod) == 201, "the idle one may go"
+        await passes(controller, count=2)
+        assert len(api_request(kube, "GET", budgets)[1]["items"]) == 1, "one budget, made once"
+
+        fail_job(kube, ns, busy["name"])  # it died anyway (OOM-killed, its node lost)
+        (lost,) = await eventually(lambda: events(kube, ns, "RunnerLost"))
+        assert lost["message"].startswith(f"Runner Job {busy['name']} died during its job (BackoffLimitExceeded)")
+        assert controller.metrics.runners_lost.labels(group=f"{ns}/drained")._value.get() == 1

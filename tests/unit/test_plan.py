@@ -525,6 +525,14 @@ def test_classify_a_runner_whose_pod_exited_after_its_job() -> None:
     assert (got.phase, got.heard) == (Phase.SUCCEEDED, False)
 
 
+@pytest.mark.parametrize(("busy", "done_ms", "lost"), [(False, None, False), (True, None, True), (True, 5, False)])
+def test_a_failed_runner_died_during_its_job_if_gitea_told_it_took_one_and_no_end(
+    busy: bool, done_ms: int | None, lost: bool
+) -> None:
+    got = classify("r", job_id=1, created_ms=1, finished="Failed", reason="", pod_phases=[], busy=busy, done_ms=done_ms)
+    assert (got.phase, got.heard) == (Phase.FAILED, lost)
+
+
 @pytest.mark.parametrize(("busy", "done_ms", "heard"), [(False, None, False), (True, None, True), (False, 5, True)])
 def test_a_finished_runner_is_heard_of_if_gitea_told_of_its_job(busy: bool, done_ms: int | None, heard: bool) -> None:
     got = classify(

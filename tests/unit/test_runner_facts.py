@@ -25,16 +25,21 @@ class NeverBusy:
         return False
 
 
-def phase(activity: Activity) -> Phase:
-    group_pass = GroupPass(
-        Settings(),
+def make(*, now_ms: int = CREATED_MS) -> GroupPass:
+    return GroupPass(
+        Settings(poll_interval=30),
         kube=cast(Any, None),
         coordination=cast(Any, None),
         rows=cast(Any, NeverBusy()),
         metrics=cast(Any, None),
         wake=lambda _state, _at: None,
         reports=cast(Any, None),
+        clock=lambda: now_ms / 1000,
     )
+
+
+def phase(activity: Activity) -> Phase:
+    group_pass = make()
     group_pass.jobs_by_group = {
         ("ci", "builders"): [JobObject("ci", "builders-7-0", "builders", 7, CREATED_MS, "", "")]
     }
@@ -61,3 +66,26 @@ def test_a_fact_counts_only_if_it_is_not_older_than_the_job(at_ms: int, busy: Ph
 
 def test_with_no_fact_a_running_runner_is_idle() -> None:
     assert phase(Activity(set(), {})) is Phase.IDLE
+
+
+def finished(finished_ms: int, kind: str, activity: Activity, *, now_ms: int) -> tuple[Phase, bool]:
+    """A runner Job that finished at `finished_ms`, seen at `now_ms`: its phase, and whether it was heard of."""
+    group_pass = make(now_ms=now_ms)
+    job = JobObject("ci", "builders-7-0", "builders", 7, CREATED_MS, kind, "", finished_ms=finished_ms)
+    group_pass.jobs_by_group = {("ci", "builders"): [job]}
+    asked = group_pass._asked([job])
+    (runner,) = group_pass.runners(GROUP, activity, asked=asked)
+    return runner.phase, runner.heard
+
+
+def test_a_runner_finished_within_two_polls_is_asked_about_an_older_one_is_taken_as_heard_of() -> None:
+    """Gitea's word is read for runner Jobs that finished within two polls (+10 s), so one that ran a job
+    nobody told of holds back a runner for it (`plan._ran_unheard`), and one that died during its job is
+    reported lost. An older one is not asked about: by then a poll has told, so it holds back nothing."""
+    done_at = CREATED_MS + 60_000
+    silent = Activity(set(), {})
+    assert finished(done_at, "Complete", silent, now_ms=done_at + 69_000) == (Phase.SUCCEEDED, False)
+    assert finished(done_at, "Complete", silent, now_ms=done_at + 71_000) == (Phase.SUCCEEDED, True)
+    told = Activity({"builders-7-0"}, {}, busy_ms={"builders-7-0": CREATED_MS + 1000})
+    assert finished(done_at, "Failed", told, now_ms=done_at + 69_000) == (Phase.FAILED, True)
+    assert finished(done_at, "Failed", told, now_ms=done_at + 71_000) == (Phase.FAILED, False)

@@ -186,4 +186,7 @@ runnerNamespaces, or the release namespace. */}}
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [create]
 {{- end }}

@@ -1,0 +1,77 @@
+"""The Kubernetes side of evictions: a runner running a job gets a PodDisruptionBudget, so that
+`kubectl drain`, the cluster autoscaler and whatever else evicts through the Eviction API leaves it
+alone until its job is over; a runner that died during its job anyway is reported.
+
+One budget per busy runner Job, `minAvailable: 1` over that Job's Pods, owned by the Job (it goes
+with it). Per Job, because Kubernetes allows a budget over a Job's Pods only an integer `minAvailable`
+(it computes no scale for a Job), and refuses to evict a Pod two budgets select. Pending and idle
+runners get none: evicted, they are replaced. A runner is protected once the controller knows it is
+busy (its `in_progress` webhook, a poll, its row): an eviction in the second before is not stopped.
+
+Owns: `Budgets`, the budget's manifest. Must not decide which runner is busy: `phases` does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from reconciler.kube import Kube, PermanentError, TransientError
+from reconciler.manifests import GROUP_LABEL, MANAGED_BY, MANAGED_BY_LABEL
+from reconciler.objects import GroupObject, JobObject
+from reconciler.phases import Phase, Runner
+from reconciler.state import GroupState
+
+log = logging.getLogger(__name__)
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # the Job controller sets it on the Pods it makes
+# What a RunnerLost Event tells after the runner's name and why it failed.
+LOST = "Gitea fails the job once it stops hearing from the runner (its task timeout); re-run it in Gitea"
+
+
+def budget(job: JobObject) -> dict[str, Any]:
+    """The budget of one busy runner Job: none of its Pods may be evicted."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": job.name,
+            "namespace": job.namespace,
+            "labels": {GROUP_LABEL: job.group, MANAGED_BY_LABEL: MANAGED_BY},
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": job.name, "uid": job.uid, "blockOwnerDeletion": False}
+            ],
+        },
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {JOB_NAME_LABEL: job.name}}},
+    }
+
+
+class Budgets:
+    """Creates the budgets of a group's busy runners, once each."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.warned: set[tuple[str, str]] = set()  # (namespace, error kind) refusals logged already
+
+    async def protect(
+        self, group: GroupObject, runners: Sequence[Runner], jobs: Sequence[JobObject], state: GroupState
+    ) -> None:
+        """Give every busy runner of the group its budget (a 409 means it has one). A failure (no RBAC for
+        budgets, the namespace going, the API server busy) is logged, once per kind and namespace, and
+        does not stop the pass."""
+        busy = {r.name for r in runners if r.phase is Phase.BUSY}
+        state.protected &= {j.name for j in jobs}
+        for job in jobs:
+            if job.name not in busy or job.name in state.protected or not job.uid:
+                continue
+            try:
+                await self.kube.create_budget(budget(job))
+            except (PermanentError, TransientError) as exc:
+                key = (group.namespace, type(exc).__name__)
+                if key not in self.warned:
+                    self.warned.add(key)
+                    extra = {"group": group.name, "job": job.name, "error": str(exc)}
+                    log.warning("runner budget not created: an eviction may stop this busy runner", extra=extra)
+                if isinstance(exc, TransientError):
+                    continue  # the next pass tries again; a refusal (no RBAC) is not asked again for this Job
+            state.protected.add(job.name)
