@@ -13,6 +13,7 @@ import itertools
 import json
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -236,8 +237,20 @@ def test_a_repo_groups_runner_registered_with_an_org_token_keeps_its_job_when_re
     wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
 
 
-def test_a_group_deleted_during_a_job_lets_it_finish_then_goes_with_every_runner_row(stack: NodeStack) -> None:
-    ns, label = stack.namespace("drain"), new_label()
+@dataclass(frozen=True)
+class LongJob:
+    """A 30 s job running on one runner of a group that keeps a warm one beside it."""
+
+    ns: str
+    label: str
+    repo: str
+    run_id: int
+    busy: str  # the runner running it
+    warm: str
+
+
+def long_job_beside_a_warm_runner(stack: NodeStack, name: str) -> LongJob:
+    ns, label = stack.namespace(name), new_label()
     stack.group(ns, label, minIdleRunners=1)
     repo = stack.repo()
     run_id = stack.push(repo, LONG.format(label=label, seconds=30), path=".gitea/workflows/long.yml")
@@ -245,6 +258,13 @@ def test_a_group_deleted_during_a_job_lets_it_finish_then_goes_with_every_runner
     wait_for(lambda: len(stack.runners_with(label)) == 2, timeout=60, what="the busy runner and a warm one")
     (job,) = stack.jobs(repo, run_id)
     (busy,) = [r["name"] for r in stack.runners_with(label) if r["id"] == job["runner_id"]]
+    (warm,) = [r["name"] for r in stack.runners_with(label) if r["id"] != job["runner_id"]]
+    return LongJob(ns, label, repo, run_id, busy, warm)
+
+
+def test_a_group_deleted_during_a_job_lets_it_finish_then_goes_with_every_runner_row(stack: NodeStack) -> None:
+    long = long_job_beside_a_warm_runner(stack, "drain")
+    ns, label, repo, run_id, busy = long.ns, long.label, long.repo, long.run_id, long.busy
     path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/runners"
     assert api_request(stack.node, "DELETE", path)[0] == 200
     wait_for(lambda: len(stack.runners_with(label)) == 1, timeout=60, what="the warm runner gone with its row")
@@ -267,15 +287,8 @@ def _evict(stack: NodeStack, ns: str, pod: str) -> int:
 def test_a_node_drain_waits_for_the_busy_runner_whose_job_goes_green(stack: NodeStack) -> None:
     """The node is drained during a job: the busy runner's Pod is not evicted (its budget, computed by the
     real disruption controller, allows none), the warm runner's is, and the job succeeds."""
-    ns, label = stack.namespace("evict"), new_label()
-    stack.group(ns, label, minIdleRunners=1)
-    repo = stack.repo()
-    run_id = stack.push(repo, LONG.format(label=label, seconds=30), path=".gitea/workflows/long.yml")
-    stack.wait_job_running(repo, run_id)
-    wait_for(lambda: len(stack.runners_with(label)) == 2, timeout=60, what="the busy runner and a warm one")
-    (job,) = stack.jobs(repo, run_id)
-    (busy,) = [r["name"] for r in stack.runners_with(label) if r["id"] == job["runner_id"]]
-    (warm,) = [r["name"] for r in stack.runners_with(label) if r["id"] != job["runner_id"]]
+    long = long_job_beside_a_warm_runner(stack, "evict")
+    ns, repo, run_id, busy, warm = long.ns, long.repo, long.run_id, long.busy, long.warm
     path = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{busy}"
     wait_for(
         lambda: api_request(stack.node, "GET", path)[1].get("status", {}).get("currentHealthy") == 1,
@@ -285,7 +298,7 @@ def test_a_node_drain_waits_for_the_busy_runner_whose_job_goes_green(stack: Node
 
     def pod_of(runner: str) -> str:
         (pod,) = [p["metadata"]["name"] for p in stack.pods(ns) if p["metadata"]["labels"].get(JOB_NAME) == runner]
-        return pod
+        return str(pod)
 
     assert _evict(stack, ns, pod_of(busy)) == 429, "the busy runner stays"
     assert _evict(stack, ns, pod_of(warm)) == 201, "the warm runner may go"
@@ -299,15 +312,8 @@ def test_a_node_drain_waits_for_the_busy_runner_whose_job_goes_green(stack: Node
 
 
 def test_a_spec_change_replaces_the_warm_runner_and_the_busy_one_finishes_on_the_old_spec(stack: NodeStack) -> None:
-    ns, label = stack.namespace("respec"), new_label()
-    stack.group(ns, label, minIdleRunners=1)
-    repo = stack.repo()
-    run_id = stack.push(repo, LONG.format(label=label, seconds=30), path=".gitea/workflows/long.yml")
-    stack.wait_job_running(repo, run_id)
-    wait_for(lambda: len(stack.runners_with(label)) == 2, timeout=60, what="the busy runner and a warm one")
-    (job,) = stack.jobs(repo, run_id)
-    (busy,) = [r["name"] for r in stack.runners_with(label) if r["id"] == job["runner_id"]]
-    (warm,) = [r["name"] for r in stack.runners_with(label) if r["id"] != job["runner_id"]]
+    long = long_job_beside_a_warm_runner(stack, "respec")
+    ns, repo, run_id, busy, warm = long.ns, long.repo, long.run_id, long.busy, long.warm
     path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/runners"
     patch = {"spec": {"ttlSecondsAfterFinished": 300}}  # a field the runner Jobs are made from
     assert api_request(stack.node, "PATCH", path, patch, content_type="application/merge-patch+json")[0] == 200
