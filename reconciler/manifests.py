@@ -73,9 +73,14 @@ _OWNED_ENV = (
 )
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # POSIX sh, run by the register init container in the runner image (upstream's images have sh and
-# timeout). It registers once, prints why it failed as its last line (the Pod's termination message,
-# which the group's status reports), and never prints the token.
+# timeout). It registers once with the image's runner binary (act_runner up to 0.x, gitea-runner from
+# 1.0), prints why it failed as its last line (the Pod's termination message, which the group's status
+# reports), and never prints the token.
 REGISTER_SCRIPT = r"""set -u
+runner=$(command -v act_runner || command -v gitea-runner) || {
+  echo "registration failed: the image has neither act_runner nor gitea-runner on its PATH"
+  exit 1
+}
 cd "$GRS_STATE_DIR" || exit 1
 state="${RUNNER_STATE_FILE:-.runner}"
 rm -f "$state"
@@ -85,7 +90,7 @@ set -- register --no-interactive --ephemeral --instance "$GITEA_INSTANCE_URL" --
 echo "registering $GITEA_RUNNER_NAME with $GITEA_INSTANCE_URL"
 rc=0
 log=/tmp/register.log
-timeout "$GRS_REGISTER_TIMEOUT" act_runner "$@" --token "$GITEA_RUNNER_REGISTRATION_TOKEN" >"$log" 2>&1 || rc=$?
+timeout "$GRS_REGISTER_TIMEOUT" "$runner" "$@" --token "$GITEA_RUNNER_REGISTRATION_TOKEN" >"$log" 2>&1 || rc=$?
 unset GITEA_RUNNER_REGISTRATION_TOKEN
 cat "$log"
 if [ "$rc" -eq 0 ] && [ -s "$state" ]; then
@@ -99,7 +104,7 @@ if grep -qiE "$refused" "$log"; then
 elif [ "$rc" -eq 124 ] || [ "$rc" -eq 143 ]; then
   echo "registration failed: no answer from $GITEA_INSTANCE_URL within ${GRS_REGISTER_TIMEOUT}s"
 else
-  echo "registration failed: act_runner register exited with $rc and wrote no $state"
+  echo "registration failed: ${runner##*/} register exited with $rc and wrote no $state"
 fi
 exit 1
 """

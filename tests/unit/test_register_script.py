@@ -7,7 +7,7 @@ Pod's termination message, shown in the group's status) are checked for real.
 
 from __future__ import annotations
 
-import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -26,15 +26,22 @@ FAKES = {
 }
 
 
-def run(tmp_path: Path, behaviour: str, *, timeout: int = 30) -> tuple[subprocess.CompletedProcess[str], Path]:
+def run(
+    tmp_path: Path, behaviour: str, *, timeout: int = 30, binary: str = "act_runner"
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Run the script with a stand-in `binary` (act_runner 0.x's name; 1.x's is gitea-runner; "": none)
+    on a PATH of nothing else but the tools the script uses."""
     bin_dir, state = tmp_path / "bin", tmp_path / "data"
     bin_dir.mkdir()
     state.mkdir()
-    fake = bin_dir / "act_runner"
-    fake.write_text("#!/bin/sh\nprev=\n" + FAKES[behaviour])
-    fake.chmod(0o755)
+    if binary:
+        fake = bin_dir / binary
+        fake.write_text("#!/bin/sh\nprev=\n" + FAKES[behaviour])
+        fake.chmod(0o755)
+    for tool in ("timeout", "cat", "rm", "grep", "sleep"):
+        (bin_dir / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
     env = {
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PATH": str(bin_dir),
         "GRS_STATE_DIR": str(state),
         "GRS_REGISTER_TIMEOUT": str(timeout),
         "GITEA_INSTANCE_URL": "http://gitea.invalid:3000",
@@ -50,8 +57,9 @@ def last_line(done: subprocess.CompletedProcess[str]) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def test_a_registration_leaves_the_state_file_and_exits_0(tmp_path: Path) -> None:
-    done, state = run(tmp_path, "ok")
+@pytest.mark.parametrize("binary", ["act_runner", "gitea-runner"])
+def test_a_registration_leaves_the_state_file_and_exits_0(tmp_path: Path, binary: str) -> None:
+    done, state = run(tmp_path, "ok", binary=binary)
     assert done.returncode == 0, done
     assert (state / ".runner").read_text() == '{"name":"builders-7-ab12"}'
     assert last_line(done) == "registered builders-7-ab12"
@@ -72,3 +80,9 @@ def test_a_failed_registration_exits_1_and_says_why_last(tmp_path: Path, behavio
     assert last_line(done) == said
     assert not (state / ".runner").exists()
     assert TOKEN not in done.stdout + done.stderr
+
+
+def test_an_image_without_either_runner_binary_fails_saying_so(tmp_path: Path) -> None:
+    done, _ = run(tmp_path, "ok", binary="")
+    assert done.returncode == 1, done
+    assert last_line(done) == "registration failed: the image has neither act_runner nor gitea-runner on its PATH"
