@@ -9,10 +9,11 @@ the `RunnerReaped` Event; and holding or letting go of the group's finalizer (`d
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from reconciler import drain
-from reconciler.gitea_runners import RunnerRows
+from reconciler.gitea_runners import RunnerRows, Vetted
+from reconciler.gitea_scopes import registered_spec
 from reconciler.kube import Kube, TransientError
 from reconciler.metrics import Metrics
 from reconciler.objects import GroupObject, JobObject
@@ -46,7 +47,7 @@ class Deletions:
         alive = {j.name for j in jobs if not j.finished}
         deciding = {d.name for d in deletes}
         retiring = [d for d in self.rows.still_retiring(group, alive) if d.name not in deciding]
-        vetted = await self.rows.vet(group, spec, [*deletes, *retiring])
+        vetted = await self._vet(group, spec, [*deletes, *retiring], {j.name: j.registered for j in jobs})
         if deletes or retiring:
             state.unlisted = tuple(vetted.unlisted)
         state.unlisted = tuple(n for n in state.unlisted if n in alive)
@@ -62,6 +63,24 @@ class Deletions:
             message = f"Deleted runner Jobs Pending longer than the pendingTimeout: {', '.join(reaped)}"
             await self.kube.event(group.ref, kind="Warning", reason="RunnerReaped", message=message)
         return deciding - {d.name for d in vetted.allowed}
+
+    async def _vet(
+        self, group: GroupObject, spec: RunnerGroupSpec, deletes: Sequence[Delete], where: Mapping[str, str]
+    ) -> Vetted:
+        """Vet each deletion where its runner registered (`where`, by Job): the group's Gitea and scope, or,
+        for a runner made before the group's `gitea.url` or scope changed, the ones it was made with (then
+        the group's own if those cannot be asked), so that its row goes from where it is."""
+        parts: dict[str, list[Delete]] = {}
+        for d in deletes:
+            parts.setdefault(where.get(d.name, ""), []).append(d)
+        allowed: list[Delete] = []
+        unlisted: list[str] = []
+        for registered, part in parts.items():
+            then = registered_spec(spec, registered)
+            vetted = await self.rows.vet(group, then or spec, part, fallback=spec if then else None)
+            allowed += vetted.allowed
+            unlisted += vetted.unlisted
+        return Vetted(allowed, unlisted)
 
     async def hold_or_finish(self, group: GroupObject, spec: RunnerGroupSpec, jobs: list[JobObject]) -> bool:
         """Give the group its finalizer; or, deleted, let it go once its runners are done (see `drain`).

@@ -93,8 +93,16 @@ class RunnerRows:
             del self.retiring[key]
         return [d for (uid, _), d in self.retiring.items() if uid == group.uid]
 
-    async def vet(self, group: GroupObject, spec: RunnerGroupSpec, deletes: Sequence[Delete]) -> Vetted:
-        """The deletions that may go ahead, each one's Gitea row disabled, confirmed idle and removed first."""
+    async def vet(
+        self,
+        group: GroupObject,
+        spec: RunnerGroupSpec,
+        deletes: Sequence[Delete],
+        *,
+        fallback: RunnerGroupSpec | None = None,
+    ) -> Vetted:
+        """The deletions that may go ahead, each one's Gitea row disabled, confirmed idle and removed first;
+        looked for where `spec` says, or where `fallback` does if Gitea cannot be asked there."""
         if not deletes:
             return Vetted([])
         now = self.clock()
@@ -105,28 +113,40 @@ class RunnerRows:
             found = await self._find(scope, {d.name for d in deletes})
             running = await self._running({s for s, _ in found.rows.values()})
         except (GiteaError, PermanentError, TransientError) as exc:
+            if fallback is not None:
+                log.warning(
+                    "runners registered where Gitea cannot be asked", extra={"group": group.name, "error": str(exc)}
+                )
+                return await self.vet(group, fallback, deletes)
             names = [d.name for d in deletes]
             self._kept(group, names, "unconfirmed", "runners kept: Gitea cannot say they are idle", exc)
             return Vetted([])
-        allowed: list[Delete] = []
-        unlisted: list[str] = []
-        idle: list[tuple[Delete, PollScope, ActionRunner]] = []
-        for d in deletes:
-            where = found.rows.get(d.name)
-            if where is not None:
-                if self._busy(group, where[1], running, now=now):
-                    continue
-                idle.append((d, *where))
-            elif d.name in found.absent or (d.reason != "surplus_idle" and d.name in found.missing_here):
-                allowed.append(d)
-            else:
-                unlisted.append(d.name)
+        allowed, unlisted, idle = self._sort(group, deletes, found, running, now=now)
         if unlisted:
             self._kept(group, unlisted, "unlisted", "runners kept: no scope the group's token can list holds their row")
         allowed += await self._retire(group, idle, label)
         for d in allowed:
             self.retiring.pop((group.uid, d.name), None)
         return Vetted(allowed, unlisted)
+
+    def _sort(
+        self, group: GroupObject, deletes: Sequence[Delete], found: _Found, running: set[int], *, now: float
+    ) -> tuple[list[Delete], list[str], list[tuple[Delete, PollScope, ActionRunner]]]:
+        """The deletions that may go at once (no row), the runners kept as `unlisted`, and the idle rows
+        to retire; busy ones are left out (and held busy)."""
+        allowed: list[Delete] = []
+        unlisted: list[str] = []
+        idle: list[tuple[Delete, PollScope, ActionRunner]] = []
+        for d in deletes:
+            where = found.rows.get(d.name)
+            if where is not None:
+                if not self._busy(group, where[1], running, now=now):
+                    idle.append((d, *where))
+            elif d.name in found.absent or (d.reason != "surplus_idle" and d.name in found.missing_here):
+                allowed.append(d)
+            else:
+                unlisted.append(d.name)
+        return allowed, unlisted, idle
 
     def _busy(self, group: GroupObject, row: ActionRunner, running: set[int], *, now: float) -> bool:
         """Whether Gitea says the runner runs a job; if so it counts as busy for BUSY_HOLD seconds."""

@@ -38,6 +38,19 @@ async def scope_of(
     return PollScope(spec.gitea.url, spec.scope, "" if spec.scope == "global" else spec.target, token)
 
 
+def registered_spec(spec: RunnerGroupSpec, registered: str) -> RunnerGroupSpec | None:
+    """The group's spec as it was where a runner registered (`RunnerGroupSpec.registered_at`), if that is not
+    where the group's runners register now: its Gitea URL and scope, with the group's API token now."""
+    parts = registered.split(" ")
+    if len(parts) != 3 or registered == spec.registered_at or parts[1] not in ("global", "org", "user", "repo"):
+        return None
+    url, scope, target = parts
+    update: dict[str, object] = {"gitea": spec.gitea.model_copy(update={"url": url}), "scope": scope}
+    if scope != "global":
+        update[scope] = target
+    return spec.model_copy(update=update)
+
+
 def owners(name: str, groups: Iterable[GroupObject]) -> list[GroupObject]:
     """The groups whose runner Jobs may be called `name`."""
     match = RUNNER_SUFFIX.search(name)

@@ -34,6 +34,7 @@ MANAGED_BY = "gitea-runner-scaler"
 JOB_ID_ANNOTATION = "gitea.bpg.pw/job-id"
 QUEUED_AT_ANNOTATION = "gitea.bpg.pw/queued-at-ms"
 TEMPLATE_ANNOTATION = "gitea.bpg.pw/template-hash"  # which spec made the runner: a changed one replaces it
+REGISTERED_ANNOTATION = "gitea.bpg.pw/registered-at"  # "{Gitea URL} {scope} {target}": where its row is
 # The spec fields a runner is made from; the others (its sizing, its API token) change no runner.
 _SHAPING = {
     "scope",
@@ -220,7 +221,7 @@ def build_job(
     """The runner Job for one queued Gitea job (`job_id`), or a warm runner (`job_id=None`)."""
     labels = {GROUP_LABEL: group.name, MANAGED_BY_LABEL: MANAGED_BY}
     template = _pod_template(spec, name=name, labels=labels)
-    annotations: dict[str, str] = {TEMPLATE_ANNOTATION: template_hash(spec)}
+    annotations = {TEMPLATE_ANNOTATION: template_hash(spec), REGISTERED_ANNOTATION: spec.registered_at}
     if job_id is not None:
         annotations[JOB_ID_ANNOTATION] = str(job_id)
     if queued_ms is not None:

@@ -17,6 +17,7 @@ from reconciler.manifests import (
     GROUP_LABEL,
     JOB_ID_ANNOTATION,
     REGISTER_CONTAINER,
+    REGISTERED_ANNOTATION,
     RUNNER_CONTAINER,
     TEMPLATE_ANNOTATION,
     GroupRef,
@@ -66,6 +67,7 @@ class JobObject:
     finished_ms: int = 0  # when it finished (0 while running)
     template: str = ""  # the digest of the spec that made it ("" before 0.6)
     uid: str = ""
+    registered: str = ""  # where its runner registered (`RunnerGroupSpec.registered_at`; "": unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +121,7 @@ def job_from(raw: Mapping[str, Any]) -> JobObject:
         finished_ms=finished_ms,
         template=(meta.get("annotations") or {}).get(TEMPLATE_ANNOTATION, ""),
         uid=meta.get("uid") or "",
+        registered=(meta.get("annotations") or {}).get(REGISTERED_ANNOTATION, ""),
     )
 
 

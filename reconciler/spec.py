@@ -179,6 +179,11 @@ class RunnerGroupSpec(_Spec):
         return {"org": self.org, "user": self.user, "repo": self.repo}.get(self.scope) or "*"
 
     @property
+    def registered_at(self) -> str:
+        """Where the group's runners register: "{Gitea URL} {scope} {target}"."""
+        return f"{self.gitea.url} {self.scope} {self.target}"
+
+    @property
     def pending_timeout_seconds(self) -> int:
         """`pendingTimeout` in seconds."""
         return parse_duration(self.pending_timeout)

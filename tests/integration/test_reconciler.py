@@ -705,6 +705,30 @@ async def seated(redis: Redis, seats: str) -> list[str]:
     return [n.decode() if isinstance(n, bytes) else str(n) for n in await redis.zrange(seats, 0, -1)]
 
 
+@pytest.mark.parametrize("old_gitea_answers", [True, False])
+async def test_a_runner_of_the_gitea_a_group_moved_from_goes_with_its_row_there(
+    kube: KubeCluster, redis_server: RedisServer, aiohttp_server: MakeServer, old_gitea_answers: bool
+) -> None:
+    """A group's `gitea.url` changes (a new host, a migration): its warm runner, registered with the old
+    Gitea, is replaced, and its row is disabled and deleted in the old Gitea, not looked for in the new.
+    An old Gitea that cannot be asked any more does not hold the runner: it is looked for in the new."""
+    old, new = FakeGitea(token=API_TOKEN), FakeGitea(token=API_TOKEN)
+    old_url = str((await aiohttp_server(old.app())).make_url("")).rstrip("/")
+    new_url = str((await aiohttp_server(new.app())).make_url("")).rstrip("/")
+    ns = namespace(kube)
+    create_group(kube, ns, "moving", labels=[], defaultLabels=[], minIdleRunners=1, gitea={"url": old_url})
+    async with running_controller(kube.kubeconfig, redis_server.url, ns):
+        (warm,) = await eventually(lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns)])
+        row = old.add_runner(warm, scope=("org", "acme"))
+        old.fail_with = None if old_gitea_answers else 503
+        patch = {"spec": {"gitea": {"url": new_url}}}
+        path = RG.format(ns=ns) + "/moving"
+        assert api_request(kube, "PATCH", path, patch, content_type="application/merge-patch+json")[0] == 200
+        await eventually(lambda: warm not in [j["metadata"]["name"] for j in runner_jobs(kube, ns)])
+    assert old.deleted == ([row] if old_gitea_answers else []), "its row went from the Gitea it registered with"
+    assert not new.deleted
+
+
 async def test_a_deleted_group_drains_busy_runners_finish_idle_ones_go_then_the_group(
     kube: KubeCluster, redis_server: RedisServer, redis: Redis, aiohttp_server: MakeServer
 ) -> None:
