@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 
+from reconciler import gitea_ghosts
 from reconciler.gitea_runners import RunnerRows
 from reconciler.kube import Kube, PermanentError
 from reconciler.objects import GroupObject, JobObject
@@ -53,7 +54,7 @@ async def finish(
     if not group.deleting or any(not j.finished for j in jobs):
         return False
     try:
-        busy = await rows.clear(group, spec)
+        busy = await gitea_ghosts.clear(rows, group, spec)
     except PermanentError as exc:
         message = (
             f"Drain abandoned: {exc}. Gitea cannot be asked whether runners are idle: they are left to"

@@ -1,7 +1,7 @@
 """Gitea's own word on our runners: no runner Job is deleted until Gitea says it runs no job.
 
-Owns which runner Job deletions may go ahead, the runner rows our runners leave in Gitea (disabled,
-then deleted with their runner), and the periodic sweep of offline rows whose runner Job is gone.
+Owns which runner Job deletions may go ahead, and the runner rows our runners leave in Gitea (disabled,
+then deleted with their runner). The rows left behind are `gitea_ghosts`'.
 
 Every deletion, whatever its reason, goes through one protocol (`RunnerRows.vet`):
 1. **Find the row.** The group's scope is listed; a runner missing from it is looked for in the
@@ -22,9 +22,6 @@ Every deletion, whatever its reason, goes through one protocol (`RunnerRows.vet`
 Gitea unreachable, a listing that moved under us, a refused call: the runner is kept and asked about
 later. A runner disabled but not confirmed idle stays due for deletion (`retiring`).
 
-The sweep lists each (Gitea, scope, token) once per interval and deletes rows that are offline,
-named like a runner Job of a group of that scope, and whose Job is finished or gone and holds no
-seat (a Job being created holds one before the cache can show it).
 Must not touch Redis; Kubernetes only through the cache and `Kube.secret_value`.
 """
 
@@ -33,15 +30,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from reconciler.gitea_paging import PAGE_SIZE
-from reconciler.gitea_scopes import owners, scope_of, wider
+from reconciler.gitea_scopes import scope_of, wider
 from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
 from reconciler.kube import Kube, PermanentError, TransientError
 from reconciler.metrics import Metrics
-from reconciler.objects import GroupObject, JobObject
+from reconciler.objects import GroupObject
 from reconciler.plan import Delete
 from reconciler.spec import RunnerGroupSpec
 from webhook_scaler.gitea import ActionRunner
@@ -173,7 +170,7 @@ class RunnerRows:
             try:
                 now_row = await self.gitea.disable_runner(scope, row.id)
             except GiteaError as exc:
-                if exc.status == 405 and await self._delete(scope, row, label, reason=d.reason):
+                if exc.status == 405 and await self.delete_row(scope, row, label, reason=d.reason):
                     allowed.append(d)  # a Gitea before 1.26: no disabling, the row goes at once
                 elif exc.status != 405:
                     self._kept(group, [d.name], "unconfirmed", "runner kept: Gitea refused to disable it", exc)
@@ -197,7 +194,9 @@ class RunnerRows:
             return allowed
         now = self.clock()
         for d, scope, row in disabled:
-            if not self._busy(group, row, running, now=now) and await self._delete(scope, row, label, reason=d.reason):
+            if not self._busy(group, row, running, now=now) and await self.delete_row(
+                scope, row, label, reason=d.reason
+            ):
                 allowed.append(d)
         return allowed
 
@@ -238,7 +237,8 @@ class RunnerRows:
             out |= {p.job.runner_id for p in listing.jobs if p.job.status == "in_progress" and p.job.runner_id}
         return out
 
-    async def _delete(self, scope: PollScope, row: ActionRunner, label: str, *, reason: str) -> bool:
+    async def delete_row(self, scope: PollScope, row: ActionRunner, label: str, *, reason: str) -> bool:
+        """Delete one runner row (counted for the group `label`, by `reason`); False if Gitea refused."""
         try:
             await self.gitea.delete_runner(scope, row.id)
         except GiteaError as exc:
@@ -247,50 +247,3 @@ class RunnerRows:
         self.metrics.gitea_runners_removed.labels(group=label, reason=reason).inc()
         log.info("runner row deleted in gitea", extra={"runner": row.name, "id": row.id, "reason": reason})
         return True
-
-    async def clear(self, group: GroupObject, spec: RunnerGroupSpec) -> int:
-        """Delete the rows Gitea lists of a group's runners (a group being deleted, none of whose runner
-        Jobs runs any more) unless busy; how many busy ones are left. PermanentError if the group's API
-        token cannot be read; GiteaError if its scope cannot be listed."""
-        scope = await scope_of(self.kube, spec, group.namespace)
-        listed = await self.gitea.runners(scope)
-        mine = [r for r in listed.runners if owners(r.name, [group])]
-        label = f"{group.namespace}/{group.name}"
-        for row in mine:
-            if not row.busy:
-                await self._delete(scope, row, label, reason="drain")
-        return sum(1 for r in mine if r.busy)
-
-    async def sweep(
-        self,
-        scopes: Mapping[PollScope, Sequence[GroupObject]],
-        jobs: Mapping[tuple[str, str], JobObject],
-        seated: Mapping[str, set[str]],
-    ) -> int:
-        """Delete the ghost rows of every scope (one listing per scope); how many were deleted.
-
-        `jobs`: the runner Jobs by (namespace, name); `seated`: by group uid, the runner Jobs holding a
-        seat (by any replica), which includes those being created that the cache does not show yet."""
-        removed = 0
-        for scope, groups in scopes.items():
-            try:
-                listed = await self.gitea.runners(scope)
-            except GiteaError as exc:
-                log.warning("ghost sweep: runners not listed", extra={"scope": repr(scope), "error": str(exc)})
-                continue
-            for row in listed.runners:
-                if row.status != "offline" or row.busy:
-                    continue
-                mine = owners(row.name, groups)
-                if not mine or any(
-                    _alive(jobs.get((g.namespace, row.name))) or row.name in seated.get(g.uid, ()) for g in mine
-                ):
-                    continue
-                # Groups of one name in several namespaces give runners names alike: the first one counts it.
-                if await self._delete(scope, row, f"{mine[0].namespace}/{mine[0].name}", reason="ghost"):
-                    removed += 1
-        return removed
-
-
-def _alive(job: JobObject | None) -> bool:
-    return job is not None and not job.finished

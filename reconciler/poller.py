@@ -14,6 +14,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
+from reconciler import gitea_ghosts
 from reconciler.gitea_runners import RunnerRows
 from reconciler.gitea_scopes import scope_of
 from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
@@ -144,4 +145,4 @@ class Poller:
         for groups in scopes.values():
             for g in groups:
                 seated[g.uid] = set((await self.coordination.seats(g.uid)).held)
-        return await self.rows.sweep(scopes, self.jobs(), seated)
+        return await gitea_ghosts.sweep(self.rows, scopes, self.jobs(), seated)

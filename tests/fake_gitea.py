@@ -166,6 +166,11 @@ class FakeGitea:
         target = {"repo": f"{info.get('owner')}/{info.get('repo')}", "org": info.get("org", ""), "user": "acme"}
         return kind, target.get(kind, "")
 
+    def _editable(self, row: dict[str, Any], request: web.Request, kind: str) -> bool:
+        """Whether a row may be changed through this scope's endpoint: its own, or the instance's (Gitea's
+        `EditableInContext`: the admin endpoints reach every runner)."""
+        return kind == "global" or row["_scope"] == self._scope_of(request, kind)
+
     def _list_runners(self, prefix: str, kind: str) -> Any:
         async def handle(request: web.Request) -> web.Response:
             denied = self._auth(request, f"{kind}_runners")
@@ -173,7 +178,9 @@ class FakeGitea:
                 return denied
             scope = self._scope_of(request, kind)
             rows = [
-                {k: v for k, v in r.items() if k != "_scope"} for r in self.runners.values() if r["_scope"] == scope
+                {k: v for k, v in r.items() if k != "_scope"}
+                for r in self.runners.values()
+                if kind == "global" or r["_scope"] == scope  # the instance's listing has every runner
             ]
             body = {"runners": self._page(request, rows), "total_count": len(rows)}
             self._valid(self.validator.response, f"{prefix}/actions/runners", body)
@@ -192,7 +199,7 @@ class FakeGitea:
             form = await request.json()
             self._valid(self.validator_126.request, "PATCH", path, form)
             row = self.runners.get(int(request.match_info["runner_id"]))
-            if row is None or row["_scope"] != self._scope_of(request, kind):
+            if row is None or not self._editable(row, request, kind):
                 self._valid(self._documented, "PATCH", path, 404)
                 return web.json_response({"message": "runner not found"}, status=404)
             row["disabled"] = bool(form.get("disabled"))
@@ -226,7 +233,7 @@ class FakeGitea:
             runner_id = int(request.match_info["runner_id"])
             row = self.runners.get(runner_id)
             path = f"{prefix}/actions/runners/{{runner_id}}"
-            if row is None or row["_scope"] != self._scope_of(request, kind):  # unknown or outside the scope
+            if row is None or not self._editable(row, request, kind):  # unknown or outside the scope
                 self._valid(self._documented, "DELETE", path, 404)
                 return web.json_response({"message": "runner not found"}, status=404)
             del self.runners[runner_id]

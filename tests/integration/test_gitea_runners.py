@@ -12,6 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
+from reconciler import gitea_ghosts
 from reconciler.gitea_runners import SETTLE, RunnerRows, Vetted
 from reconciler.gitea_scopes import owners, scope_of
 from reconciler.giteaapi import GiteaClient
@@ -234,7 +235,7 @@ async def test_the_sweep_deletes_offline_rows_of_ours_whose_job_is_gone_or_done(
         rows = runner_rows()
         rows.gitea = GiteaClient(session)
         scope = await _scope(url)
-        removed = await rows.sweep({scope: scope_groups}, jobs, {"u-1": {"builders-w-000004"}})
+        removed = await gitea_ghosts.sweep(rows, {scope: scope_groups}, jobs, {"u-1": {"builders-w-000004"}})
     assert removed == 2 and sorted(fake.deleted) == sorted([gone, done])
     assert all(k in fake.runners for k in keep)
 
@@ -249,3 +250,28 @@ def test_runner_names_are_traced_back_to_their_group() -> None:
     assert owners(job_name(long.name, "w-abcdef"), [GROUP, long]) == [long]  # the name cut to 63
     assert owners("builders-12-ab34-extra", [GROUP]) == []
     assert owners("buildersx-12-ab34", [GROUP]) == []
+
+
+async def test_the_sweep_and_the_drain_look_in_the_wider_scopes_the_token_can_list(
+    gitea: tuple[FakeGitea, str],
+) -> None:
+    """A repository's group whose runners registered with an org token has org runners: their rows left
+    behind are found in the org, by the sweep and by the drain of a deleted group. A wider scope the
+    token may not list is skipped: this one is no admin's."""
+    fake, url = gitea
+    fake.refused.add("global_runners")
+    ghost = fake.add_runner("builders-w-000009", scope=("org", "acme"), status="offline")
+    left = fake.add_runner("builders-w-000011", scope=("org", "acme"), status="offline")
+    elsewhere = fake.add_runner("builders-w-000010", scope=("repo", "acme/other"), status="offline")
+    async with aiohttp.ClientSession() as session:
+        rows = runner_rows()
+        rows.gitea = GiteaClient(session)
+        repo_spec = spec(gitea={"url": url}, scope="repo", repo="acme/w")
+        scope = await scope_of(_kube(), repo_spec, "ci")
+        removed = await gitea_ghosts.sweep(
+            rows, {scope: [GROUP]}, {("ci", "builders-w-000011"): job("builders-w-000011")}, {}
+        )
+        assert removed == 1 and fake.deleted == [ghost]
+        assert await gitea_ghosts.clear(rows, GROUP, repo_spec) == 0
+    assert fake.deleted == [ghost, left], "the drain cleared the one whose Job ran during the sweep"
+    assert elsewhere in fake.runners, "a scope no group of ours has, nor the token may list, is not looked at"

@@ -1,0 +1,104 @@
+"""The runner rows our runners leave behind in Gitea: swept while the groups run, cleared when one goes.
+
+A row is left behind when its runner went without Gitea removing it: deleted or evicted behind our
+back, killed before its job, its group's drain abandoned. Rows are looked for in each group's scope
+and in the wider scopes its API token can list (`gitea_scopes.wider`): a runner registered with an org
+token while its group serves one repository is an org runner. A wider scope the token may not list is
+skipped quietly; the group's own is reported.
+
+The sweep lists each (Gitea, scope, token) once per interval and deletes rows that are offline, named
+like a runner Job of a group whose scope it lists, and whose Job is finished or gone and holds no seat
+(a Job being created holds one before the cache can show it). Must not touch Redis; Kubernetes only
+through the cache and `Kube.secret_value`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from reconciler.gitea_runners import RunnerRows
+from reconciler.gitea_scopes import owners, scope_of, wider
+from reconciler.giteaapi import GiteaError, PollScope
+from reconciler.objects import GroupObject, JobObject
+from reconciler.spec import RunnerGroupSpec
+from webhook_scaler.gitea import ActionRunner
+
+log = logging.getLogger(__name__)
+
+
+async def clear(rows: RunnerRows, group: GroupObject, spec: RunnerGroupSpec) -> int:
+    """Delete the rows Gitea lists of a group's runners (a group being deleted, none of whose runner Jobs
+    runs any more) unless busy; how many busy ones are left. PermanentError if the group's API token
+    cannot be read; GiteaError if its own scope cannot be listed."""
+    scope = await scope_of(rows.kube, spec, group.namespace)
+    label = f"{group.namespace}/{group.name}"
+    busy = 0
+    for where, own in [(scope, True), *((s, False) for s in wider(scope))]:
+        listed = await _listed(rows, where, own=own)
+        if listed is None:
+            continue
+        for row in (r for r in listed if owners(r.name, [group])):
+            if row.busy:
+                busy += 1
+            else:
+                await rows.delete_row(where, row, label, reason="drain")
+    return busy
+
+
+async def sweep(
+    rows: RunnerRows,
+    scopes: Mapping[PollScope, Sequence[GroupObject]],
+    jobs: Mapping[tuple[str, str], JobObject],
+    seated: Mapping[str, set[str]],
+) -> int:
+    """Delete the ghost rows of every scope and the wider ones (one listing each); how many were deleted.
+
+    `scopes`: the groups by their (Gitea, scope, token); `jobs`: the runner Jobs by (namespace, name);
+    `seated`: by group uid, the runner Jobs holding a seat (by any replica), which includes those being
+    created that the cache does not show yet."""
+    removed = 0
+    for scope, (groups, own) in _widened(scopes).items():
+        listed = await _listed(rows, scope, own=own, sweep=True)
+        for row in listed or ():
+            if row.status != "offline" or row.busy:
+                continue
+            mine = owners(row.name, groups)
+            if not mine or any(
+                _alive(jobs.get((g.namespace, row.name))) or row.name in seated.get(g.uid, ()) for g in mine
+            ):
+                continue
+            # Groups of one name in several namespaces give runners names alike: the first one counts it.
+            if await rows.delete_row(scope, row, f"{mine[0].namespace}/{mine[0].name}", reason="ghost"):
+                removed += 1
+    return removed
+
+
+def _widened(
+    scopes: Mapping[PollScope, Sequence[GroupObject]],
+) -> dict[PollScope, tuple[list[GroupObject], bool]]:
+    """Every scope to list: the groups' own, then the wider ones, each with the groups whose rows it may
+    hold and whether it is some group's own."""
+    out: dict[PollScope, tuple[list[GroupObject], bool]] = {s: (list(g), True) for s, g in scopes.items()}
+    for scope, groups in scopes.items():
+        for where in wider(scope):
+            held, _ = out.setdefault(where, ([], False))
+            held.extend(g for g in groups if g not in held)
+    return out
+
+
+async def _listed(rows: RunnerRows, scope: PollScope, *, own: bool, sweep: bool = False) -> list[ActionRunner] | None:
+    """The rows of one scope; None if a wider one cannot be listed (the token may not). A group's own
+    scope that cannot be listed raises GiteaError, except in the sweep, which tries again next time."""
+    try:
+        return list((await rows.gitea.runners(scope)).runners)
+    except GiteaError as exc:
+        if own and not sweep:
+            raise
+        extra = {"scope": repr(scope), "error": str(exc)}
+        (log.warning if own else log.debug)("runner rows not listed", extra=extra)
+        return None
+
+
+def _alive(job: JobObject | None) -> bool:
+    return job is not None and not job.finished
