@@ -217,7 +217,7 @@ class RunnerRows:
                     raise
                 proven = False  # the token has no say there (403), or it did not answer
                 continue
-            rows.update((r.name, (s, r)) for r in listed.runners if r.name in wanted)
+            rows.update((name, (s, row)) for name, row in _by_name(listed.runners, wanted).items())
             # One short page is one SELECT: a name missing from it is missing from Gitea. Several pages
             # can miss a row without their count showing it (gitea_paging), so they never prove one gone.
             complete = listed.complete and len(listed.runners) < PAGE_SIZE
@@ -247,3 +247,16 @@ class RunnerRows:
         self.metrics.gitea_runners_removed.labels(group=label, reason=reason).inc()
         log.info("runner row deleted in gitea", extra={"runner": row.name, "id": row.id, "reason": reason})
         return True
+
+
+def _by_name(runners: Iterable[ActionRunner], wanted: set[str]) -> dict[str, ActionRunner]:
+    """The row of each wanted name. A name given again (after the Job and Pods of its earlier runner went)
+    may have a row the earlier runner left behind: the live one is the busy one, else one that is not
+    offline (a runner polls Gitea every few seconds; a row left behind is offline)."""
+    out: dict[str, ActionRunner] = {}
+    for row in runners:
+        if row.name in wanted:
+            first = out.get(row.name)
+            if first is None or (row.busy, row.status != "offline") > (first.busy, first.status != "offline"):
+                out[row.name] = row
+    return out

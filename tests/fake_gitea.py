@@ -182,6 +182,7 @@ class FakeGitea:
                 for r in self.runners.values()
                 if kind == "global" or r["_scope"] == scope  # the instance's listing has every runner
             ]
+            rows.sort(key=lambda r: r["status"] == "offline")  # Gitea's order: the last seen online first
             body = {"runners": self._page(request, rows), "total_count": len(rows)}
             self._valid(self.validator.response, f"{prefix}/actions/runners", body)
             return self._answer(f"{kind}_runners", body)

@@ -96,6 +96,21 @@ async def test_a_surplus_runner_gitea_lists_idle_is_disabled_then_goes_with_its_
     assert seen == [True], "disabled before its row was deleted"
 
 
+@pytest.mark.parametrize("now_busy", [False, True])
+async def test_a_name_given_again_is_asked_about_by_the_live_runners_row_not_the_one_left_behind(
+    gitea: tuple[FakeGitea, str], now_busy: bool
+) -> None:
+    """A runner name comes back once its earlier runner's Job and Pods are gone; a row that runner left
+    behind (offline) is listed after the live runner's (Gitea lists the last seen online first). The live
+    row decides: busy, the runner stays; idle, that row is disabled and deleted, the left one untouched."""
+    fake, url = gitea
+    left = fake.add_runner("builders-7-0", status="offline")
+    live = fake.add_runner("builders-7-0", status="active" if now_busy else "idle", busy=now_busy)
+    vetted, _ = await vet(url, [Delete("builders-7-0", "job_over", 7)])
+    assert vetted.allowed == ([] if now_busy else [Delete("builders-7-0", "job_over", 7)])
+    assert fake.deleted == ([] if now_busy else [live]) and not fake.runners[left]["disabled"]
+
+
 @pytest.mark.parametrize("how", ["busy flag", "in_progress job"])
 @pytest.mark.parametrize("reason", ["surplus_idle", "pending_timeout", "job_over"])
 async def test_a_runner_gitea_sees_running_a_job_stays_whatever_the_reason(
