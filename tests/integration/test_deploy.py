@@ -529,6 +529,7 @@ def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     no_runner = "RunnerGroup {group} has queued jobs but started no runner in 15 minutes"
     failing = "Runners of RunnerGroup {group} fail to register with Gitea (wrong registration token?)"
+    lost = "Runners of RunnerGroup {group} died during jobs, which Gitea fails (OOM-killed? a node lost?)"
     cases = {
         "rule_files": ["rules.yaml"],
         "evaluation_interval": "1m",
@@ -547,6 +548,9 @@ def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
                     {"series": 'grs_registration_failures_total{group="ci/badtoken"}', "values": "0+1x40"},
                     {"series": 'grs_registration_failures_total{group="ci/fixed"}', "values": "0+1x40"},
                     {"series": 'grs_jobs_completed_total{group="ci/fixed",conclusion="success"}', "values": "0+1x40"},
+                    # a group that lost a runner during a job at minute 10, and one that never did
+                    {"series": 'grs_runners_lost_total{group="ci/oom"}', "values": "0x10 1x30"},
+                    {"series": 'grs_runners_lost_total{group="ci/fine"}', "values": "0x40"},
                 ],
                 "alert_rule_test": [
                     {
@@ -559,6 +563,17 @@ def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
                             }
                         ],
                     },
+                    {
+                        "eval_time": "20m",
+                        "alertname": "GiteaRunnerScalerRunnersLost",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "warning", "group": "ci/oom"},
+                                "exp_annotations": {"summary": lost.format(group="ci/oom")},
+                            }
+                        ],
+                    },
+                    {"eval_time": "45m", "alertname": "GiteaRunnerScalerRunnersLost", "exp_alerts": []},
                     {
                         "eval_time": "20m",
                         "alertname": "GiteaRunnerScalerRegistrationFailing",
