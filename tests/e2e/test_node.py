@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -278,6 +280,38 @@ def test_a_group_deleted_during_a_job_lets_it_finish_then_goes_with_every_runner
     assert any('"drain"' in line for line in deleted), "the warm one was deleted, drained"
 
 
+def test_scale_down_while_jobs_keep_arriving_never_costs_a_job(stack: NodeStack) -> None:
+    """Jobs keep arriving, one to three at a time, while the group's warm pool goes from three runners to
+    none and back, and a surplus idle runner goes after 2 s: each scale-down races with Gitea handing out
+    the next job. Every job succeeds, no runner that took a job is deleted, and once the group is deleted
+    Gitea lists none of its runners."""
+    ns, label = stack.namespace("soak"), new_label()
+    rng = random.Random(ns)
+    path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/runners"
+    with stack.reconfigured(GRS_IDLE_GRACE="2"):
+        logged = len(stack.our_log("reconciler"))
+        stack.group(ns, label, minIdleRunners=3, maxActiveRunners=5)
+        repo = stack.repo()
+        runs = []
+        for cycle in range(8):
+            pool = {"spec": {"minIdleRunners": 3 if cycle % 2 else 0}}
+            assert api_request(stack.node, "PATCH", path, pool, content_type="application/merge-patch+json")[0] == 200
+            names = [f"c{cycle}j{i}" for i in range(rng.randint(1, 3))]
+            runs.append(stack.push(repo, workflow(*names, label=label, step="sleep 2")))
+            time.sleep(rng.uniform(3.0, 6.0))  # the pace jobs arrive at (the load, not a wait for an event)
+        finished_runs = [stack.wait_run(repo, run_id, timeout=300) for run_id in runs]
+        log = stack.our_log("reconciler")[logged:]
+    jobs = [j for run_id in runs for j in stack.jobs(repo, run_id)]
+    assert [r["conclusion"] for r in finished_runs] == ["success"] * len(runs), jobs
+    ran = {j["runner_name"] for j in jobs}
+    deleted = [line for line in log.splitlines() if '"runner deleted"' in line]
+    assert [line for line in deleted if '"surplus_idle"' in line], "idle runners were scaled down meanwhile"
+    assert not [line for line in deleted if any(f'"{name}"' in line for name in ran)], "no runner that ran a job"
+    assert api_request(stack.node, "DELETE", path)[0] == 200
+    wait_for(lambda: api_request(stack.node, "GET", path)[0] == 404, timeout=90, what="the group gone, drained")
+    assert not stack.runners_with(label), "Gitea lists no runner of the group"
+
+
 def _evict(stack: NodeStack, ns: str, pod: str) -> int:
     """What `kubectl drain` and the cluster autoscaler do to each Pod of a node: the Eviction API."""
     body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": ns}}
@@ -290,8 +324,13 @@ def test_a_node_drain_waits_for_the_busy_runner_whose_job_goes_green(stack: Node
     long = long_job_beside_a_warm_runner(stack, "evict")
     ns, repo, run_id, busy, warm = long.ns, long.repo, long.run_id, long.busy, long.warm
     path = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{busy}"
+
+    def counted() -> bool:
+        code, pdb = api_request(stack.node, "GET", path)
+        return code == 200 and pdb.get("status", {}).get("currentHealthy") == 1
+
     wait_for(
-        lambda: api_request(stack.node, "GET", path)[1].get("status", {}).get("currentHealthy") == 1,
+        counted,
         timeout=60,
         what="the busy runner's budget, its Pod counted by the disruption controller",
     )
