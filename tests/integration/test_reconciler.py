@@ -716,10 +716,21 @@ async def test_a_runner_of_the_gitea_a_group_moved_from_goes_with_its_row_there(
     old_url = str((await aiohttp_server(old.app())).make_url("")).rstrip("/")
     new_url = str((await aiohttp_server(new.app())).make_url("")).rstrip("/")
     ns = namespace(kube)
-    create_group(kube, ns, "moving", labels=[], defaultLabels=[], minIdleRunners=1, gitea={"url": old_url})
+    repo = f"acme/{ns}"  # no job another test left queued is this group's
+    create_group(
+        kube,
+        ns,
+        "moving",
+        scope="repo",
+        repo=repo,
+        labels=[],
+        defaultLabels=[],
+        minIdleRunners=1,
+        gitea={"url": old_url},
+    )
     async with running_controller(kube.kubeconfig, redis_server.url, ns):
         (warm,) = await eventually(lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns)])
-        row = old.add_runner(warm, scope=("org", "acme"))
+        row = old.add_runner(warm, scope=("repo", repo))
         old.fail_with = None if old_gitea_answers else 503
         patch = {"spec": {"gitea": {"url": new_url}}}
         path = RG.format(ns=ns) + "/moving"
@@ -815,17 +826,19 @@ async def test_a_busy_runner_cannot_be_evicted_an_idle_one_can(
     none: evicted, it is replaced. A busy runner that dies anyway is reported: RunnerLost."""
     server = await aiohttp_server(FakeGitea(token=API_TOKEN).app())
     ns = namespace(kube)
-    create_group(kube, ns, "drained", labels=[], defaultLabels=[], gitea={"url": str(server.make_url("")).rstrip("/")})
-    await queue(redis, 111, labels=[])
-    await queue(redis, 112, labels=[])
+    repo, url = f"acme/{ns}", str(server.make_url("")).rstrip("/")  # no job another test left queued is this group's
+    create_group(kube, ns, "drained", scope="repo", repo=repo, labels=[], defaultLabels=[], gitea={"url": url})
+    await queue(redis, 111, labels=[], repo=repo)
+    await queue(redis, 112, labels=[], repo=repo)
     async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
-        jobs = await eventually(lambda: sorted(runner_jobs(kube, ns), key=lambda j: j["metadata"]["name"]))
+        two = await eventually(lambda: len(runner_jobs(kube, ns)) == 2 and runner_jobs(kube, ns))
+        jobs = sorted(two, key=lambda j: j["metadata"]["name"])
         assert len(jobs) == 2
         account = {"metadata": {"name": "default"}}  # no controller-manager here makes it
         assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/serviceaccounts", account)[0] == 201
         busy_pod, idle_pod = (_running_pod(kube, ns, j) for j in jobs)
         busy = jobs[0]["metadata"]
-        taken = JobUpdate.from_payload(model("in_progress", job_id=111, labels=[], repo="acme/widgets"))
+        taken = JobUpdate.from_payload(model("in_progress", job_id=111, labels=[], repo=repo))
         await JobStore(redis).record(dataclasses.replace(taken, runner_name=busy["name"]))
 
         budgets = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"
