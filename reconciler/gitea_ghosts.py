@@ -33,17 +33,16 @@ async def clear(rows: RunnerRows, group: GroupObject, spec: RunnerGroupSpec) -> 
     cannot be read; GiteaError if its own scope cannot be listed."""
     scope = await scope_of(rows.kube, spec, group.namespace)
     label = f"{group.namespace}/{group.name}"
-    busy = 0
-    for where, own in [(scope, True), *((s, False) for s in wider(scope))]:
-        listed = await _listed(rows, where, own=own)
-        if listed is None:
-            continue
+    listings = [(scope, (await rows.gitea.runners(scope)).runners)]
+    listings += [(s, await _listed(rows, s, own=False)) for s in wider(scope)]
+    busy: set[int] = set()  # by id: the instance's listing shows every row the narrower ones did
+    for where, listed in listings:
         for row in (r for r in listed if owners(r.name, [group])):
             if row.busy:
-                busy += 1
+                busy.add(row.id)
             else:
                 await rows.delete_row(where, row, label, reason="drain")
-    return busy
+    return len(busy)
 
 
 async def sweep(
@@ -59,8 +58,7 @@ async def sweep(
     created that the cache does not show yet."""
     removed = 0
     for scope, (groups, own) in _widened(scopes).items():
-        listed = await _listed(rows, scope, own=own, sweep=True)
-        for row in listed or ():
+        for row in await _listed(rows, scope, own=own):
             if row.status != "offline" or row.busy:
                 continue
             mine = owners(row.name, groups)
@@ -87,17 +85,15 @@ def _widened(
     return out
 
 
-async def _listed(rows: RunnerRows, scope: PollScope, *, own: bool, sweep: bool = False) -> list[ActionRunner] | None:
-    """The rows of one scope; None if a wider one cannot be listed (the token may not). A group's own
-    scope that cannot be listed raises GiteaError, except in the sweep, which tries again next time."""
+async def _listed(rows: RunnerRows, scope: PollScope, *, own: bool) -> list[ActionRunner]:
+    """The rows of one scope, or none if it cannot be listed: a group's own is reported (the next sweep
+    tries again), a wider one only at DEBUG (the token may not list it)."""
     try:
         return list((await rows.gitea.runners(scope)).runners)
     except GiteaError as exc:
-        if own and not sweep:
-            raise
         extra = {"scope": repr(scope), "error": str(exc)}
         (log.warning if own else log.debug)("runner rows not listed", extra=extra)
-        return None
+        return []
 
 
 def _alive(job: JobObject | None) -> bool:
