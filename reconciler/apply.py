@@ -68,7 +68,7 @@ class GroupPass:
         self.wake_at = wake  # look at the group again at this time (ms of `clock`)
         self.clock = clock
         self.create_slots = asyncio.Semaphore(settings.create_concurrency)  # shared by every group's pass
-        self.seating = Seating(coordination, kube, claim_ttl_ms=int(settings.claim_ttl * 1000))
+        self.seating = Seating(coordination, kube, claim_ttl_s=settings.claim_ttl, replica=settings.replica_id)
         self.deletions = Deletions(kube=kube, coordination=coordination, rows=rows, metrics=metrics)
         self.budgets = Budgets(kube)
         self.facts_window_ms = int((2 * settings.poll_interval + 10) * 1000)

@@ -126,6 +126,7 @@ class Controller:
         workers = [asyncio.create_task(i.run(), name=f"informer-{i.name}") for i in (self.groups, self.jobs, self.pods)]
         workers.append(asyncio.create_task(self._follow_redis(), name="follow-redis"))
         workers.append(asyncio.create_task(self._resync(), name="resync"))
+        workers.append(asyncio.create_task(self.group_pass.seating.beat_forever(), name="heartbeat"))
         if self.settings.poll_enabled:
             workers.append(asyncio.create_task(self._after_sync(self.poller.poll_forever), name="poll"))
         if self.settings.ghost_sweep_interval:

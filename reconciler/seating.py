@@ -9,6 +9,7 @@ send the create at once, treat 409 as "already there", confirm the claims of a p
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -23,8 +24,10 @@ from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.status import SEAT_EPOCH
 from webhook_scaler.coordination import (
+    ABANDONED_AFTER_S,
     CLAIM_PENDING_S,
     CREATE_DEADLINE_S,
+    HEARTBEAT_S,
     RECLAIM_AFTER_S,
     Activity,
     Coordination,
@@ -48,10 +51,20 @@ class Ready:
 class Seating:
     """Seats and creates for the groups of one controller."""
 
-    def __init__(self, coordination: Coordination, kube: Kube, *, claim_ttl_ms: int) -> None:
+    def __init__(self, coordination: Coordination, kube: Kube, *, claim_ttl_s: float, replica: str = "") -> None:
         self.coordination = coordination
         self.kube = kube
-        self.claim_ttl_ms = claim_ttl_ms
+        self.claim_ttl_ms = int(claim_ttl_s * 1000)
+        self.taker = f"{replica or 'reconciler'}/{uuid.uuid4().hex[:12]}"  # this process, for its seats
+
+    async def beat_forever(self) -> None:
+        """Keep this process's heartbeat, so that its seats are not taken for abandoned ones."""
+        while True:
+            try:
+                await self.coordination.heartbeat(self.taker)
+            except Exception as exc:  # Redis is down: nobody can free seats either
+                log.warning("heartbeat failed", extra={"error": repr(exc)})
+            await asyncio.sleep(HEARTBEAT_S)
 
     async def prepare(
         self,
@@ -108,13 +121,17 @@ class Seating:
     async def _settle(
         self, group: GroupObject, state: GroupState, seats: Seats, epoch: str, *, present: set[str]
     ) -> Ready:
-        """Free the seats of Jobs that were never created (see the module doc), and remember the seats."""
-        cutoff = seats.now_ms - RECLAIM_AFTER_S * 1000
-        old = [n for n, at in seats.held.items() if n not in present and n not in state.deleting and at < cutoff]
-        orphans = [n for n in old if not await self.kube.job_exists(group.namespace, n)]
+        """Free the seats of Jobs that were never created (see the module doc): those older than
+        `RECLAIM_AFTER_S`, and sooner those whose taker died; and remember the seats."""
+        unseen = {n: at for n, at in seats.held.items() if n not in present and n not in state.deleting}
+        old = [n for n, at in unseen.items() if at < seats.now_ms - RECLAIM_AFTER_S * 1000]
+        young = [n for n, at in unseen.items() if n not in old and at < seats.now_ms - ABANDONED_AFTER_S * 1000]
+        suspects = old + await self.coordination.abandoned(group.uid, young)
+        orphans = [n for n in suspects if not await self.kube.job_exists(group.namespace, n)]
         if orphans:
             log.warning("seats of runner Jobs never created freed", extra={"group": group.name, "jobs": orphans})
-            seats = await self.coordination.seats(group.uid, orphans=orphans)
+            after = RECLAIM_AFTER_S if set(orphans) <= set(old) else ABANDONED_AFTER_S
+            seats = await self.coordination.seats(group.uid, orphans=orphans, orphaned_after_s=after)
         state.seated = set(seats.held)
         return Ready(frozenset(n for n in seats.held if n not in present), epoch, now_ms=seats.now_ms)
 
@@ -143,6 +160,7 @@ class Seating:
             name,
             maximum=spec.max_active_runners,
             epoch=epoch,
+            taker=self.taker,
             job_id=c.job_id,
             claim_ttl_ms=int(CLAIM_PENDING_S * 1000),
         )

@@ -86,6 +86,6 @@ async def claim(coordination: Any, job_id: int, *, holder: str, ttl_ms: int, gro
     """Claim a queued job the way a create does (`Coordination.take`, with a seat in a roomy group)."""
     epoch = await coordination.epoch(new_id="e")
     taken = await coordination.take(
-        group_uid, holder, maximum=1_000_000, epoch=epoch.id, job_id=job_id, claim_ttl_ms=ttl_ms
+        group_uid, holder, maximum=1_000_000, epoch=epoch.id, taker="t", job_id=job_id, claim_ttl_ms=ttl_ms
     )
     return bool(taken == "granted")

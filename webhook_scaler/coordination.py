@@ -19,9 +19,15 @@ in its group's seat set from before it is created until it has ended:
   taken unless both are); the Job is created only after its seat was granted, and no longer than
   `CREATE_DEADLINE_S` after the take began (the create is dropped otherwise);
 - a seat is freed only when its Job was seen Complete or Failed (it never runs again), when a delete
-  of it returned, or when the API server answered 404 for it and the seat is older than
+  of it returned, or when the API server answered 404 for it and either the seat is older than
   `RECLAIM_AFTER_S` (longer than the create deadline plus the API server's request timeout, so a
-  create granted that seat can no longer arrive).
+  create granted that seat can no longer arrive), or it is older than `ABANDONED_AFTER_S` and the
+  replica process that took it is dead (its heartbeat, renewed every `HEARTBEAT_S` and by every
+  take, lapsed `ALIVE_TTL_S` ago): past the create deadline it sends no create, and a killed
+  process's create still in flight is cancelled with its connection (the API server writes nothing
+  for a request whose client went away before the write). A process that is merely slow keeps its
+  heartbeat, so its seats wait out `RECLAIM_AFTER_S`. A process paused longer than `ALIVE_TTL_S`
+  drops its late creates when it resumes (the deadline), like before.
 So the seats held are at least the runner Jobs that may be active, and seats never exceed the
 maximum (active Jobs made before seats existed are seated by `seats` without a check, and then
 block new seats until enough of them end). The per-group lease (taken by `begin`) only spares replicas
@@ -48,6 +54,9 @@ from webhook_scaler.scripts import ACTIVITY, BEGIN, CONFIRM, EPOCH, RELEASE, SEA
 CREATE_DEADLINE_S = 10.0  # from the start of a reservation to the create being sent
 CLAIM_PENDING_S = 30.0  # a claim's life until its create returned (> CREATE_DEADLINE_S + watch lag)
 RECLAIM_AFTER_S = 90.0  # > CREATE_DEADLINE_S + the API server's 60 s request timeout + watch lag
+HEARTBEAT_S = 2.0  # how often a reconciler process renews its heartbeat
+ALIVE_TTL_S = 10.0  # a heartbeat's life: a process not heard of for this long is dead (or paused)
+ABANDONED_AFTER_S = CREATE_DEADLINE_S + 5.0  # a dead taker's seat, if its Job does not exist, is free
 SEATS_IDLE_TTL_S = 7 * 24 * 3600
 
 
@@ -104,17 +113,47 @@ class Coordination:
         self._begin = redis.register_script(BEGIN)
 
     async def take(
-        self, group_uid: str, name: str, *, maximum: int, epoch: str, job_id: int | None = None, claim_ttl_ms: int = 0
+        self,
+        group_uid: str,
+        name: str,
+        *,
+        maximum: int,
+        epoch: str,
+        taker: str,
+        job_id: int | None = None,
+        claim_ttl_ms: int = 0,
     ) -> str:
         """Take a seat for runner Job `name` if fewer than `maximum` are held in `epoch` (idempotent per
         name), and for a queued job (`job_id`) the right to start its runner, in one atomic step:
         "granted", or what stopped it, with nothing taken: "full", "epoch" (the epoch is not `epoch` any
-        more), "claimed" (somebody claimed the job, or it is not queued)."""
-        keys = [self.keys.seats(group_uid), self.keys.epoch]
+        more), "claimed" (somebody claimed the job, or it is not queued). A granted seat records its
+        `taker` (this replica process), whose heartbeat it renews."""
+        keys = [self.keys.seats(group_uid), self.keys.epoch, self.keys.taker(group_uid, name), self.keys.alive(taker)]
         if job_id is not None:
             keys += [self.keys.claim(job_id), self.keys.job(job_id)]
-        args: list[str | int] = [maximum, name, epoch, SEATS_IDLE_TTL_S, claim_ttl_ms]
+        ttls = [int(RECLAIM_AFTER_S * 1000), int(ALIVE_TTL_S * 1000)]
+        args: list[str | int] = [maximum, name, epoch, SEATS_IDLE_TTL_S, claim_ttl_ms, taker, *ttls]
         return text(await self._take(keys=keys, args=args))
+
+    async def heartbeat(self, process: str) -> None:
+        """Say that replica process `process` is alive, for `ALIVE_TTL_S`."""
+        await self.redis.set(self.keys.alive(process), "1", px=int(ALIVE_TTL_S * 1000))
+
+    async def abandoned(self, group_uid: str, names: Sequence[str]) -> list[str]:
+        """Which of these seats of a group were taken by a replica process that is dead now (no
+        heartbeat for `ALIVE_TTL_S`). A seat whose taker is unknown (adopted, or taken before takers
+        were recorded) is not among them."""
+        if not names:
+            return []
+        takers = [
+            None if t is None else text(t)
+            for t in await self.redis.mget([self.keys.taker(group_uid, n) for n in names])
+        ]
+        processes = sorted({t for t in takers if t})
+        if not processes:
+            return []
+        alive = dict(zip(processes, await self.redis.mget([self.keys.alive(p) for p in processes]), strict=True))
+        return [n for n, t in zip(names, takers, strict=True) if t and alive[t] is None]
 
     async def confirm(self, claims: Sequence[tuple[int, str]], *, ttl_ms: int) -> None:
         """Make claims (job id, holder) whose runner Jobs exist last `ttl_ms` from now, each only if its
@@ -172,10 +211,11 @@ class Coordination:
         free: Sequence[str] = (),
         adopt: Sequence[str] = (),
         orphans: Sequence[str] = (),
+        orphaned_after_s: float = RECLAIM_AFTER_S,
     ) -> Seats:
         """Free the seats of `free`, seat `adopt` if unseated, free `orphans` seated longer than
-        RECLAIM_AFTER_S; return the seats held then."""
-        args: list[str | int] = [int(RECLAIM_AFTER_S * 1000), len(free), len(adopt), *free, *adopt, *orphans]
+        `orphaned_after_s`; return the seats held then."""
+        args: list[str | int] = [int(orphaned_after_s * 1000), len(free), len(adopt), *free, *adopt, *orphans]
         reply = await self._seats(keys=[self.keys.seats(group_uid)], args=args)
         return Seats(int(reply[0]), _held(reply[1:]))
 

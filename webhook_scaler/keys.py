@@ -18,6 +18,8 @@ that touches several is legal there.
 | `{p}:lock:{name}`                | string | a short lease, e.g. one group's reconcile pass       | lease TTL         |
 | `{p}:seats:{group_uid}`          | zset   | runner Jobs that may be active, by seat time (ms)    | a week idle       |
 | `{p}:epoch`                      | string | `{id}:{start ms}` of the seats' current epoch        | never             |
+| `{p}:taker:{group_uid}:{name}`   | string | the replica process that took a runner Job's seat    | reclaim bound     |
+| `{p}:alive:{process}`            | string | a reconciler process is alive (its heartbeat)        | liveness TTL      |
 
 The first nine are the receiver's job records (`queue`); the rest are the reconciler's coordination
 (`coordination`). Times are Redis' own clock (`TIME`).
@@ -54,6 +56,14 @@ class Keys:
     def lock(self, name: str) -> str:
         """One lease."""
         return f"{self.p}:lock:{name}"
+
+    def taker(self, group_uid: str, name: str) -> str:
+        """Which replica process took the seat of runner Job `name` of group `group_uid`."""
+        return f"{self.p}:taker:{group_uid}:{name}"
+
+    def alive(self, process: str) -> str:
+        """A reconciler process's heartbeat."""
+        return f"{self.p}:alive:{process}"
 
     def seats(self, group_uid: str) -> str:
         """One group's seats."""

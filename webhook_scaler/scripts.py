@@ -218,17 +218,20 @@ return {string.sub(epoch, 1, sep - 1), tonumber(string.sub(epoch, sep + 1)), now
 
 # A seat for one runner Job, and for a queued job its claim, in one step: the seat only while fewer
 # than `max` are held and the epoch is the expected one; the claim (SET NX) only while the job is
-# queued and nobody claimed it. Nothing is taken unless everything is.
-# KEYS: seats, epoch, then for a queued job: claim, job; ARGV: max, name, epoch id, the seats' idle
-# ttl (s), the claim's ttl (ms). Returns 'granted' (or the seat was held already), 'full', 'epoch'
-# (Redis lost the seats since the caller read the epoch) or 'claimed' (taken, or no longer queued).
+# queued and nobody claimed it. Nothing is taken unless everything is. A granted seat records its
+# taker (the replica process), and the taker's heartbeat is renewed: a seat whose taker is dead can
+# be freed early (see `coordination`).
+# KEYS: seats, epoch, taker, the taker's heartbeat, then for a queued job: claim, job; ARGV: max,
+# name, epoch id, the seats' idle ttl (s), the claim's ttl (ms), the taker, its record's ttl (ms), the
+# heartbeat's ttl (ms). Returns 'granted' (or the seat was held already), 'full', 'epoch' (Redis lost
+# the seats since the caller read the epoch) or 'claimed' (taken, or no longer queued).
 TAKE = (
     _NOW
     + _SAME_EPOCH
     + """
 if not same_epoch(KEYS[2], ARGV[3]) then return 'epoch' end
-if #KEYS == 4 then
-  if redis.call('HGET', KEYS[4], 'state') ~= 'queued' or redis.call('EXISTS', KEYS[3]) == 1 then
+if #KEYS == 6 then
+  if redis.call('HGET', KEYS[6], 'state') ~= 'queued' or redis.call('EXISTS', KEYS[5]) == 1 then
     return 'claimed'
   end
 end
@@ -237,7 +240,9 @@ if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
   redis.call('ZADD', KEYS[1], now, ARGV[2])
   redis.call('EXPIRE', KEYS[1], ARGV[4])
 end
-if #KEYS == 4 then redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[5]) end
+redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[7])
+redis.call('SET', KEYS[4], '1', 'PX', ARGV[8])
+if #KEYS == 6 then redis.call('SET', KEYS[5], ARGV[2], 'PX', ARGV[5]) end
 return 'granted'
 """
 )

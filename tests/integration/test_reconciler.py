@@ -38,7 +38,7 @@ from tests.groups import spec as spec_model
 from tests.jobs import model
 from tests.kube_cluster import KubeCluster, api_request, complete_job, fail_job
 from tests.redis_server import RedisServer
-from webhook_scaler.coordination import CLAIM_PENDING_S
+from webhook_scaler.coordination import ABANDONED_AFTER_S, CLAIM_PENDING_S, Coordination
 from webhook_scaler.jobs import JobUpdate, Scope
 from webhook_scaler.queue import JobStore
 
@@ -636,6 +636,38 @@ async def test_a_create_the_api_server_turns_down_for_quota_frees_its_seat_at_on
         # (each retry takes the seat for a moment; a seat kept for the 90 s would never read empty here)
         await eventually(lambda: _none(redis.zcard(seats)), timeout=15)
     assert runner_jobs(kube, ns) == []
+
+
+@pytest.mark.parametrize("taker_alive", [False, True])
+async def test_the_seat_of_a_replica_killed_before_its_create_is_free_within_seconds(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis, taker_alive: bool
+) -> None:
+    """A replica killed between taking a seat and sending its create strands the seat: freed once the
+    taker's heartbeat lapsed and the API server says the Job does not exist, within seconds, not the
+    90 s kept for creates that may still land; a seat whose taker lives on is kept."""
+    ns = namespace(kube)
+    body = create_group(
+        kube, ns, "one", scope="repo", repo=f"acme/{ns}", labels=[], defaultLabels=[], maxActiveRunners=1
+    )
+    uid = body["metadata"]["uid"]
+    seats, coordination = f"{{grs}}:seats:{uid}", Coordination(redis)
+    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+        await eventually(lambda: group_status(kube, ns, "one").get("seatEpoch"))
+        epoch = await coordination.epoch(new_id="unused")
+        # The killed replica took the seat 20 s ago (the create deadline is past), then nothing.
+        taken = await coordination.take(uid, "one-ghost", maximum=1, epoch=epoch.id, taker="killed/0")
+        assert taken == "granted"
+        await redis.zadd(seats, {"one-ghost": epoch.now_ms - (ABANDONED_AFTER_S + 5) * 1000}, xx=True)
+        if not taker_alive:
+            await redis.delete(coordination.keys.alive("killed/0"))  # its heartbeat lapsed
+        await queue(redis, 95, labels=[], repo=f"acme/{ns}")
+        if taker_alive:
+            await passes(controller, count=3)
+            assert await seated(redis, seats) == ["one-ghost"], "a live taker's create may still land"
+            assert runner_jobs(kube, ns) == []
+            return
+        (job,) = await eventually(lambda: runner_jobs(kube, ns), timeout=10)
+        assert await seated(redis, seats) == [job["metadata"]["name"]]
 
 
 async def _none(count: Awaitable[int]) -> bool:

@@ -89,12 +89,17 @@ async def test_seats_cap_a_group_and_follow_their_epoch(client: Client) -> None:
     epoch = await coordination.epoch(new_id="e1")
     # (the job's runner below has a name of its own: one of these would hold its seat already, and a take
     # is idempotent per name)
-    granted = await asyncio.gather(*(coordination.take("g", f"runner-{i}", maximum=3, epoch="e1") for i in range(12)))
+    granted = await asyncio.gather(
+        *(coordination.take("g", f"runner-{i}", maximum=3, epoch="e1", taker="t") for i in range(12))
+    )
     assert sorted(granted) == ["full"] * 9 + ["granted"] * 3
     held = (await coordination.seats("g")).held
-    assert await coordination.take("g", "runner-x", maximum=3, epoch="another") == "epoch"
+    assert await coordination.take("g", "runner-x", maximum=3, epoch="another", taker="t") == "epoch"
     await store.record(upd("queued", job_id=7), delivery_id="d7")
-    assert await coordination.take("g", "for-job-7", maximum=3, epoch="e1", job_id=7, claim_ttl_ms=60_000) == "full"
+    assert (
+        await coordination.take("g", "for-job-7", maximum=3, epoch="e1", taker="t", job_id=7, claim_ttl_ms=60_000)
+        == "full"
+    )
     assert not await client.exists(coordination.keys.claim(7))  # full: the job was not claimed either
     ttl = await client.ttl(coordination.keys.seats("g"))  # a group gone for good leaves no seats behind
     assert 0 < ttl <= SEATS_IDLE_TTL_S
@@ -103,10 +108,18 @@ async def test_seats_cap_a_group_and_follow_their_epoch(client: Client) -> None:
     assert begun.seats is not None and set(begun.seats.held) == set(held) - {first}
     assert begun.activity is not None and begun.activity.queued == {7}
     assert not (await coordination.begin("g", lease=("q", 60_000), epoch=epoch.id)).leased  # p has the lease
-    assert await coordination.take("g", "for-job-7", maximum=3, epoch="e1", job_id=7, claim_ttl_ms=60_000) == "granted"
     assert (
-        await coordination.take("g", "for-job-7-r1", maximum=3, epoch="e1", job_id=7, claim_ttl_ms=60_000) == "claimed"
+        await coordination.take("g", "for-job-7", maximum=3, epoch="e1", taker="t", job_id=7, claim_ttl_ms=60_000)
+        == "granted"
     )
+    assert (
+        await coordination.take("g", "for-job-7-r1", maximum=3, epoch="e1", taker="t", job_id=7, claim_ttl_ms=60_000)
+        == "claimed"
+    )
+    # every take renewed its taker's heartbeat; a seat whose taker's heartbeat lapsed is abandoned
+    assert await coordination.abandoned("g", ["for-job-7", "unknown"]) == []
+    await client.delete(coordination.keys.alive("t"))
+    assert await coordination.abandoned("g", ["for-job-7", "unknown"]) == ["for-job-7"]
 
 
 async def test_activity_reads_runners_and_jobs_in_one_snapshot(client: Client) -> None:
