@@ -23,6 +23,7 @@ from datetime import datetime
 from statistics import median
 from typing import Any, Literal
 
+from reconciler.names import job_of_runner
 from tests.e2e.node_stack import NodeStack, wait_for, workflow
 from tests.e2e.watch import RunnerWatch
 
@@ -364,7 +365,7 @@ def _follow_all(
     stack: NodeStack, repo: str, run_id: int, *, jobs: int, timeout: float
 ) -> tuple[dict[int, float], dict[int, float], dict[str, int]]:
     """Read all of a run's jobs, again and again, until every one of `jobs` was picked: when each was
-    first listed queued and first listed picked, and which runner (runner Job) picked it."""
+    first listed queued and first listed picked, and which runner Job picked it."""
     listed = time.time()
     queued: dict[int, float] = {}
     picked: dict[int, float] = {}
@@ -380,7 +381,7 @@ def _follow_all(
         _note(listing, now=now, listed=listed, queued=queued, picked=picked)
         for job in listing:
             if job["status"] not in ("queued", "waiting") and job.get("runner_name"):
-                by_runner.setdefault(job["runner_name"], job["id"])
+                by_runner.setdefault(job_of_runner(job["runner_name"]), job["id"])
         if len(picked) >= jobs:
             return queued, picked, by_runner
         time.sleep(0.2)

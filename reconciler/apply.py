@@ -80,10 +80,10 @@ class GroupPass:
         return self.jobs_by_group.get((group.namespace, group.name), [])
 
     def _asked(self, jobs: list[JobObject]) -> list[str]:
-        """The runner Jobs to ask Gitea's word on: the active ones, and those finished within two polls (see
+        """The runners (by name in Gitea) to ask Gitea's word on: active Jobs', and those finished within two polls (see
         `plan._ran_unheard` and `_report_failures`: whether Gitea told of the job they ran)."""
         since = int(self.clock() * 1000) - self.facts_window_ms
-        return [j.name for j in jobs if not j.finished or j.finished_ms >= since]
+        return [j.runner for j in jobs if not j.finished or j.finished_ms >= since]
 
     def runners(
         self, group: GroupObject, activity: Activity, *, template: str = "", asked: Collection[str] | None = None
@@ -101,11 +101,11 @@ class GroupPass:
                 finished=job.finished,
                 reason=next((p.failure for p in pods if p.failure), job.reason),
                 pod_phases=[(p.phase, p.running_since_ms) for p in pods],
-                busy=_since(activity.busy_ms, job) is not None or self.rows.busy(job.namespace, job.name),
+                busy=_since(activity.busy_ms, job) is not None or self.rows.busy(job.namespace, job.runner),
                 finished_ms=job.finished_ms,
                 done_ms=_since(activity.done_ms, job),
             )
-            if asked is not None and job.finished and job.name not in asked:
+            if asked is not None and job.finished and job.runner not in asked:
                 runner = dataclasses.replace(runner, heard=runner.phase is Phase.SUCCEEDED)
             outdated = bool(template and job.template and job.template != template)
             out.append(dataclasses.replace(runner, outdated=True) if outdated else runner)
@@ -281,7 +281,7 @@ class GroupPass:
                 continue
             # One Event and one count per failed runner across replicas: the first to mark it reports it.
             if not await self.coordination.lock(
-                f"failed:{r.name}", holder=self.settings.replica_id, ttl_ms=FAILED_MARK_MS
+                f"failed:{group.namespace}/{r.name}", holder=self.settings.replica_id, ttl_ms=FAILED_MARK_MS
             ):
                 continue
             if registration_failed(r):
@@ -295,6 +295,6 @@ class GroupPass:
 
 
 def _since(facts: Mapping[str, int], job: JobObject) -> int | None:
-    """The time of a fact about the runner Job's name, if it is not older than the Job."""
-    at = facts.get(job.name)
+    """The time of a fact about the runner Job's runner, if it is not older than the Job."""
+    at = facts.get(job.runner)
     return at if at is not None and at >= job.created_ms - FACT_SKEW_MS else None

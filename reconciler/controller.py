@@ -79,7 +79,7 @@ class Controller:
         self.state = self.scheduler.state
         self.poller = self._poller(gitea)
         self._specs: dict[str, tuple[int, RunnerGroupSpec | None, str]] = {}
-        self._group_of_runner: dict[str, tuple[str, str]] = {}  # runner Job name -> (namespace, group)
+        self._group_of_runner: dict[str, tuple[str, str]] = {}  # runner name in Gitea -> (namespace, group)
         self.groups_index = CachedIndex()
         self.demand = Demand(store)
         self._background: set[asyncio.Task[None]] = set()
@@ -216,7 +216,7 @@ class Controller:
         group_of_runner: dict[str, tuple[str, str]] = {}
         for job in self.jobs.items.values():
             jobs.setdefault((job.namespace, job.group), []).append(job)
-            group_of_runner[job.name] = (job.namespace, job.group)
+            group_of_runner[job.runner] = (job.namespace, job.group)
         pods: dict[tuple[str, str], list[PodObject]] = {}
         for pod in self.pods.items.values():
             pods.setdefault((pod.namespace, pod.job_name), []).append(pod)

@@ -9,7 +9,7 @@ the `RunnerReaped` Event; and holding or letting go of the group's finalizer (`d
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from reconciler import drain
 from reconciler.gitea_runners import RunnerRows, Vetted
@@ -47,7 +47,7 @@ class Deletions:
         alive = {j.name for j in jobs if not j.finished}
         deciding = {d.name for d in deletes}
         retiring = [d for d in self.rows.still_retiring(group, alive) if d.name not in deciding]
-        vetted = await self._vet(group, spec, [*deletes, *retiring], {j.name: j.registered for j in jobs})
+        vetted = await self._vet(group, spec, [*deletes, *retiring], jobs)
         if deletes or retiring:
             state.unlisted = tuple(vetted.unlisted)
         state.unlisted = tuple(n for n in state.unlisted if n in alive)
@@ -65,11 +65,13 @@ class Deletions:
         return deciding - {d.name for d in vetted.allowed}
 
     async def _vet(
-        self, group: GroupObject, spec: RunnerGroupSpec, deletes: Sequence[Delete], where: Mapping[str, str]
+        self, group: GroupObject, spec: RunnerGroupSpec, deletes: Sequence[Delete], jobs: Sequence[JobObject]
     ) -> Vetted:
-        """Vet each deletion where its runner registered (`where`, by Job): the group's Gitea and scope, or,
+        """Vet each deletion where its runner registered (see its Job): the group's Gitea and scope, or,
         for a runner made before the group's `gitea.url` or scope changed, the ones it was made with (then
         the group's own if those cannot be asked), so that its row goes from where it is."""
+        where = {j.name: j.registered for j in jobs}
+        runners = {j.name: j.runner for j in jobs}
         parts: dict[str, list[Delete]] = {}
         for d in deletes:
             parts.setdefault(where.get(d.name, ""), []).append(d)
@@ -77,7 +79,7 @@ class Deletions:
         unlisted: list[str] = []
         for registered, part in parts.items():
             then = registered_spec(spec, registered)
-            vetted = await self.rows.vet(group, then or spec, part, fallback=spec if then else None)
+            vetted = await self.rows.vet(group, then or spec, part, runners, fallback=spec if then else None)
             allowed += vetted.allowed
             unlisted += vetted.unlisted
         return Vetted(allowed, unlisted)

@@ -7,9 +7,9 @@ token while its group serves one repository is an org runner. A wider scope the 
 skipped quietly; the group's own is reported.
 
 The sweep lists each (Gitea, scope, token) once per interval and deletes rows that are offline, named
-like a runner Job of a group whose scope it lists, and whose Job is finished or gone and holds no seat
-(a Job being created holds one before the cache can show it). Must not touch Redis; Kubernetes only
-through the cache and `Kube.secret_value`.
+like a runner of a group whose scope it lists, and whose runner Job is finished, or gone and holds no seat
+(a Job being created holds one before the cache can show it), or is another runner of the same Job
+name. Must not touch Redis; Kubernetes only through the cache and `Kube.secret_value`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from reconciler.gitea_runners import RunnerRows
 from reconciler.gitea_scopes import owners, scope_of, wider
 from reconciler.giteaapi import GiteaError, PollScope
+from reconciler.names import job_of_runner
 from reconciler.objects import GroupObject, JobObject
 from reconciler.spec import RunnerGroupSpec
 from webhook_scaler.gitea import ActionRunner
@@ -37,7 +38,7 @@ async def clear(rows: RunnerRows, group: GroupObject, spec: RunnerGroupSpec) -> 
     listings += [(s, await _listed(rows, s, own=False)) for s in wider(scope)]
     busy: set[int] = set()  # by id: the instance's listing shows every row the narrower ones did
     for where, listed in listings:
-        for row in (r for r in listed if owners(r.name, [group])):
+        for row in (r for r in listed if owners(job_of_runner(r.name), [group])):
             if row.busy:
                 busy.add(row.id)
             else:
@@ -61,10 +62,8 @@ async def sweep(
         for row in await _listed(rows, scope, own=own):
             if row.status != "offline" or row.busy:
                 continue
-            mine = owners(row.name, groups)
-            if not mine or any(
-                _alive(jobs.get((g.namespace, row.name))) or row.name in seated.get(g.uid, ()) for g in mine
-            ):
+            mine = owners(job_of_runner(row.name), groups)
+            if not mine or any(_in_use(row.name, g, jobs, seated) for g in mine):
                 continue
             # Groups of one name in several namespaces give runners names alike: the first one counts it.
             if await rows.delete_row(scope, row, f"{mine[0].namespace}/{mine[0].name}", reason="ghost"):
@@ -96,5 +95,14 @@ async def _listed(rows: RunnerRows, scope: PollScope, *, own: bool) -> list[Acti
         return []
 
 
-def _alive(job: JobObject | None) -> bool:
-    return job is not None and not job.finished
+def _in_use(
+    runner: str, group: GroupObject, jobs: Mapping[tuple[str, str], JobObject], seated: Mapping[str, set[str]]
+) -> bool:
+    """Whether the row `runner` may be of a runner of `group` that has not ended: its Job runs, or a Job of
+    its name is being created (seated, not in the cache yet). A Job of that name that is another runner
+    (a later one: names of Jobs come back, runners' names do not) leaves this row a ghost."""
+    name = job_of_runner(runner)
+    job = jobs.get((group.namespace, name))
+    if job is None:
+        return name in seated.get(group.uid, ())
+    return not job.finished and job.runner == runner

@@ -30,14 +30,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from reconciler.gitea_paging import PAGE_SIZE
 from reconciler.gitea_scopes import scope_of, wider
 from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
 from reconciler.kube import Kube, PermanentError, TransientError
 from reconciler.metrics import Metrics
+from reconciler.names import job_of_runner
 from reconciler.objects import GroupObject
 from reconciler.plan import Delete
 from reconciler.spec import RunnerGroupSpec
@@ -95,11 +97,13 @@ class RunnerRows:
         group: GroupObject,
         spec: RunnerGroupSpec,
         deletes: Sequence[Delete],
+        runners: Mapping[str, str] = MappingProxyType({}),
         *,
         fallback: RunnerGroupSpec | None = None,
     ) -> Vetted:
         """The deletions that may go ahead, each one's Gitea row disabled, confirmed idle and removed first;
-        looked for where `spec` says, or where `fallback` does if Gitea cannot be asked there."""
+        looked for where `spec` says, or where `fallback` does if Gitea cannot be asked there. `runners`:
+        the runner's name in Gitea by runner Job (default: the Job's own)."""
         if not deletes:
             return Vetted([])
         now = self.clock()
@@ -107,18 +111,19 @@ class RunnerRows:
         label = f"{group.namespace}/{group.name}"
         try:
             scope = await scope_of(self.kube, spec, group.namespace)
-            found = await self._find(scope, {d.name for d in deletes})
+            named = {d.name: runners.get(d.name, d.name) for d in deletes}
+            found = await self._find(scope, set(named.values()))
             running = await self._running({s for s, _ in found.rows.values()})
         except (GiteaError, PermanentError, TransientError) as exc:
             if fallback is not None:
                 log.warning(
                     "runners registered where Gitea cannot be asked", extra={"group": group.name, "error": str(exc)}
                 )
-                return await self.vet(group, fallback, deletes)
+                return await self.vet(group, fallback, deletes, runners)
             names = [d.name for d in deletes]
             self._kept(group, names, "unconfirmed", "runners kept: Gitea cannot say they are idle", exc)
             return Vetted([])
-        allowed, unlisted, idle = self._sort(group, deletes, found, running, now=now)
+        allowed, unlisted, idle = self._sort(group, deletes, named, found, running, now=now)
         if unlisted:
             self._kept(group, unlisted, "unlisted", "runners kept: no scope the group's token can list holds their row")
         allowed += await self._retire(group, idle, label)
@@ -127,19 +132,27 @@ class RunnerRows:
         return Vetted(allowed, unlisted)
 
     def _sort(
-        self, group: GroupObject, deletes: Sequence[Delete], found: _Found, running: set[int], *, now: float
+        self,
+        group: GroupObject,
+        deletes: Sequence[Delete],
+        named: Mapping[str, str],
+        found: _Found,
+        running: set[int],
+        *,
+        now: float,
     ) -> tuple[list[Delete], list[str], list[tuple[Delete, PollScope, ActionRunner]]]:
         """The deletions that may go at once (no row), the runners kept as `unlisted`, and the idle rows
-        to retire; busy ones are left out (and held busy)."""
+        to retire; busy ones are left out (and held busy). `named`: the runner's name in Gitea by Job."""
         allowed: list[Delete] = []
         unlisted: list[str] = []
         idle: list[tuple[Delete, PollScope, ActionRunner]] = []
         for d in deletes:
-            where = found.rows.get(d.name)
+            runner = named[d.name]
+            where = found.rows.get(runner)
             if where is not None:
                 if not self._busy(group, where[1], running, now=now):
                     idle.append((d, *where))
-            elif d.name in found.absent or (d.reason != "surplus_idle" and d.name in found.missing_here):
+            elif runner in found.absent or (d.reason != "surplus_idle" and runner in found.missing_here):
                 allowed.append(d)
             else:
                 unlisted.append(d.name)
@@ -150,7 +163,7 @@ class RunnerRows:
         if not (row.busy or row.id in running):
             return False
         self.busy_until[(group.namespace, row.name)] = now + BUSY_HOLD
-        self.retiring.pop((group.uid, row.name), None)
+        self.retiring.pop((group.uid, job_of_runner(row.name)), None)
         self.metrics.runners_kept_busy.labels(group=f"{group.namespace}/{group.name}").inc()
         log.info("runner kept: Gitea says it is busy", extra={"group": group.name, "job": row.name})
         return True

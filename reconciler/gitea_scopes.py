@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from reconciler.giteaapi import PollScope
 from reconciler.kube import Kube, PermanentError, TransientError
-from reconciler.manifests import RUNNER_SUFFIX, job_name
+from reconciler.names import RUNNER_SUFFIX, job_name
 from reconciler.objects import GroupObject
 from reconciler.spec import RunnerGroupSpec
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from reconciler.crd import API_VERSION, KIND
 from reconciler.dind import add_dind_sidecar, is_dind
 from reconciler.labels import effective_labels
+from reconciler.names import runner_name
 from reconciler.spec import RunnerGroupSpec
 
 GROUP_LABEL = "gitea.bpg.pw/runnergroup-name"
@@ -35,6 +35,7 @@ JOB_ID_ANNOTATION = "gitea.bpg.pw/job-id"
 QUEUED_AT_ANNOTATION = "gitea.bpg.pw/queued-at-ms"
 TEMPLATE_ANNOTATION = "gitea.bpg.pw/template-hash"  # which spec made the runner: a changed one replaces it
 REGISTERED_ANNOTATION = "gitea.bpg.pw/registered-at"  # "{Gitea URL} {scope} {target}": where its row is
+RUNNER_ANNOTATION = "gitea.bpg.pw/runner-name"  # the runner's name in Gitea (see `names`)
 # The spec fields a runner is made from; the others (its sizing, its API token) change no runner.
 _SHAPING = {
     "scope",
@@ -72,7 +73,6 @@ _OWNED_ENV = (
     "GITEA_RUNNER_NAME",
     "GITEA_RUNNER_LABELS",
 )
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # POSIX sh, run by the register init container in the runner image (upstream's images have sh and
 # timeout). It registers once with the image's runner binary (act_runner up to 0.x, gitea-runner from
 # 1.0), prints why it failed as its last line (the Pod's termination message, which the group's status
@@ -118,37 +118,6 @@ class GroupRef:
     namespace: str
     name: str
     uid: str
-
-
-def job_name(group: str, suffix: str) -> str:
-    """`{group}-{suffix}`, cut to a valid DNS-1123 label of at most 63 characters."""
-    suffix = re.sub(r"[^a-z0-9-]", "-", suffix.lower()).strip("-") or "x"
-    head = re.sub(r"[^a-z0-9-]", "-", group.lower())[: 62 - len(suffix)].strip("-") or "rg"
-    name = f"{head}-{suffix}"
-    assert _DNS_LABEL.match(name) and len(name) <= 63, name
-    return name
-
-
-# The suffix of a runner Job's name: `{job id}-{attempt}` for a queued job, `-r{n}` added for its n-th
-# replacement, `w-{6 hex}` for a warm runner. (`{job id}-{4 hex}`: runner Jobs of before 0.5.)
-RUNNER_SUFFIX = re.compile(r"-(\d+-(?:\d+(?:-r\d+)?|[0-9a-f]{4})|w-[0-9a-f]{6})$")
-_JOB_SUFFIX = re.compile(r"-(?P<job>\d+)-(?P<attempt>\d+)(?:-r(?P<retry>\d+))?$")
-
-
-def runner_suffix(job_id: int | None, *, attempt: int = 0, retry: int = 0, random_hex: str = "") -> str:
-    """The name suffix of a new runner Job: fixed by the (job, attempt) it is for and how many runners
-    for it came before, so the API server refuses a second; warm ones take 6 random hex digits."""
-    if job_id is None:
-        return f"w-{random_hex[:6]}"
-    return f"{job_id}-{attempt}" + (f"-r{retry}" if retry else "")
-
-
-def runner_retry(name: str, *, job_id: int, attempt: int) -> int | None:
-    """Which runner for (job, attempt) the Job called `name` is (0 = the first), or None if none."""
-    m = _JOB_SUFFIX.search(name)
-    if m is None or int(m["job"]) != job_id or int(m["attempt"]) != attempt:
-        return None
-    return int(m["retry"] or 0)
 
 
 def _runner_container(template_spec: dict[str, Any]) -> dict[str, Any]:
@@ -217,11 +186,15 @@ def build_job(
     name: str,
     job_id: int | None,
     queued_ms: int | None = None,
+    runner: str | None = None,
 ) -> dict[str, Any]:
-    """The runner Job for one queued Gitea job (`job_id`), or a warm runner (`job_id=None`)."""
+    """The runner Job for one queued Gitea job (`job_id`), or a warm runner (`job_id=None`); its runner
+    registers as `runner` (default: a new name, see `names.runner_name`)."""
     labels = {GROUP_LABEL: group.name, MANAGED_BY_LABEL: MANAGED_BY}
-    template = _pod_template(spec, name=name, labels=labels)
+    runner = runner or runner_name(name)
+    template = _pod_template(spec, name=runner, labels=labels)
     annotations = {TEMPLATE_ANNOTATION: template_hash(spec), REGISTERED_ANNOTATION: spec.registered_at}
+    annotations[RUNNER_ANNOTATION] = runner
     if job_id is not None:
         annotations[JOB_ID_ANNOTATION] = str(job_id)
     if queued_ms is not None:

@@ -18,6 +18,7 @@ from reconciler.manifests import (
     JOB_ID_ANNOTATION,
     REGISTER_CONTAINER,
     REGISTERED_ANNOTATION,
+    RUNNER_ANNOTATION,
     RUNNER_CONTAINER,
     TEMPLATE_ANNOTATION,
     GroupRef,
@@ -68,6 +69,12 @@ class JobObject:
     template: str = ""  # the digest of the spec that made it ("" before 0.6)
     uid: str = ""
     registered: str = ""  # where its runner registered (`RunnerGroupSpec.registered_at`; "": unknown)
+    runner_name: str = ""  # its runner's name in Gitea (see `names`; "": the Job's own, an earlier release's)
+
+    @property
+    def runner(self) -> str:
+        """Its runner's name in Gitea: what webhooks, polls and runner rows call it."""
+        return self.runner_name or self.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +116,8 @@ def job_from(raw: Mapping[str, Any]) -> JobObject:
             finished = cond["type"]
             reason = cond.get("reason") or cond.get("message") or ""
             finished_ms = _ms(cond.get("lastTransitionTime")) or 0
-    job_id = (meta.get("annotations") or {}).get(JOB_ID_ANNOTATION)
+    annotations = meta.get("annotations") or {}
+    job_id = annotations.get(JOB_ID_ANNOTATION)
     return JobObject(
         namespace=meta["namespace"],
         name=meta["name"],
@@ -119,9 +127,10 @@ def job_from(raw: Mapping[str, Any]) -> JobObject:
         finished=finished,
         reason=reason,
         finished_ms=finished_ms,
-        template=(meta.get("annotations") or {}).get(TEMPLATE_ANNOTATION, ""),
+        template=annotations.get(TEMPLATE_ANNOTATION, ""),
         uid=meta.get("uid") or "",
-        registered=(meta.get("annotations") or {}).get(REGISTERED_ANNOTATION, ""),
+        registered=annotations.get(REGISTERED_ANNOTATION, ""),
+        runner_name=annotations.get(RUNNER_ANNOTATION, ""),
     )
 
 

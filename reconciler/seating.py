@@ -17,7 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from reconciler.kube import Kube, PermanentError, TransientError
-from reconciler.manifests import build_job, job_name, runner_retry, runner_suffix
+from reconciler.manifests import build_job
+from reconciler.names import job_name, runner_retry, runner_suffix
 from reconciler.objects import GroupObject, JobObject
 from reconciler.plan import Create
 from reconciler.spec import RunnerGroupSpec

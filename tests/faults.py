@@ -40,7 +40,7 @@ from reconciler.manifests import GROUP_LABEL
 from tests.e2e.watch import RunnerWatch
 from tests.fake_gitea import FakeGitea
 from tests.jobs import payload, signed
-from tests.kube_cluster import KubeCluster, api_request, complete_job
+from tests.kube_cluster import KubeCluster, api_request, complete_job, runner_of
 from tests.redis_server import RedisServer, free_port, wait_port
 
 SECRET = "fault-webhook-secret"
@@ -353,7 +353,9 @@ class Rig:
     def _spawn(self, job: dict[str, Any]) -> None:
         self.added.set()
         name = job["metadata"]["name"]
-        task = asyncio.create_task(self._runner(name, job["metadata"]["labels"][GROUP_LABEL]), name=name)
+        task = asyncio.create_task(
+            self._runner(name, runner_of(job), job["metadata"]["labels"][GROUP_LABEL]), name=name
+        )
         self._tasks.add(task)
         task.add_done_callback(self._ended)
 
@@ -363,7 +365,8 @@ class Rig:
         if not task.cancelled() and task.exception() is not None:
             self.failures.append(f"{task.get_name()}: {task.exception()!r}")
 
-    async def _runner(self, name: str, group: str) -> None:
+    async def _runner(self, name: str, runner: str, group: str) -> None:
+        """A runner: Job `name`, called `runner` in Gitea."""
         await asyncio.sleep(self.rng.uniform(0.1, 0.6))  # the Pod starts and the runner registers
         repo = self.repo(int(group.removeprefix("g")))
         queued = [j for j in self.gitea.jobs.values() if j["status"] == "queued" and self.gitea.repo_of(j) == repo]
@@ -372,11 +375,11 @@ class Rig:
             return
         job = min(queued, key=lambda j: j["id"])
         self.took[name] = job["id"]
-        job.update(status="in_progress", run_attempt=1, runner_name=name, started_at=_now())
-        await self._deliver("in_progress", job["id"], runner=name)
+        job.update(status="in_progress", run_attempt=1, runner_name=runner, started_at=_now())
+        await self._deliver("in_progress", job["id"], runner=runner)
         await asyncio.sleep(self.rng.uniform(0.3, 1.5))  # the job's steps
         job.update(status="completed", conclusion="success", completed_at=_now())
-        await self._deliver("completed", job["id"], runner=name)
+        await self._deliver("completed", job["id"], runner=runner)
         await asyncio.to_thread(complete_job, self.kube, self.ns, name)  # act_runner exited 0
 
     # -- waiting and the tally -------------------------------------------------------------------------
@@ -411,16 +414,17 @@ class Rig:
         for replica in self.replicas.values():
             replica.stop()
         _, listing = api_request(self.kube, "GET", f"/apis/batch/v1/namespaces/{self.ns}/jobs")
-        listed = {j["metadata"]["name"] for j in listing["items"]}
+        listed = {j["metadata"]["uid"] for j in listing["items"]}
         await until(lambda: listed <= self.watch.seen, timeout=30, what=lambda: "the watch saw every runner Job")
         jobs = len(self.gitea.jobs)
+        runners = len(self.watch.seen)  # by uid: one deleted and made again under its name counts twice
         return Figures(
             name=name,
             jobs=jobs,
-            runners=len(listed),
+            runners=runners,
             max_by_group=dict(self.watch.max_by_group),
             cap=self.cap,
-            duplicates=len(listed) - jobs,
+            duplicates=runners - jobs,
             lost=sum(1 for j in self.gitea.jobs.values() if j["status"] != "completed"),
             seconds=time.monotonic() - self.started,
             seed=self.seed,

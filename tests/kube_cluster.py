@@ -14,6 +14,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -308,6 +309,11 @@ def fail_job(cluster: KubeCluster, namespace: str, name: str, reason: str = "Bac
     path = f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}/status"
     code, answer = api_request(cluster, "PATCH", path, status, content_type="application/merge-patch+json")
     assert code == 200, answer
+
+
+def runner_of(job: Mapping[str, Any]) -> str:
+    """A runner Job's runner, as Gitea calls it (the name it registers with, see `reconciler.names`)."""
+    return str(job["metadata"]["annotations"]["gitea.bpg.pw/runner-name"])
 
 
 def complete_job(cluster: KubeCluster, namespace: str, name: str) -> None:

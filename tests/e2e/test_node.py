@@ -23,9 +23,10 @@ import pytest
 import redis
 
 from bench.node import measure
+from reconciler.names import job_of_runner
 from tests.e2e.node_stack import SECRET, NodeStack, wait_for, workflow
 from tests.e2e.watch import RunnerWatch, finished
-from tests.kube_cluster import api_request, api_text
+from tests.kube_cluster import api_request, api_text, runner_of
 from tests.node.cluster import image
 
 pytestmark = pytest.mark.node
@@ -165,7 +166,7 @@ def test_a_surplus_idle_runner_goes_with_its_row_in_gitea(stack: NodeStack) -> N
     assert not stack.runners_with(label), "Gitea still lists the deleted runner"
     assert stack.metric("grs_gitea_runners_removed_total", reason="surplus_idle", group=f"{ns}/runners") == 1
     assert stack.metric("grs_runners_disabled_total", group=f"{ns}/runners") == 1, "Gitea's PATCH disabled it first"
-    assert warm["name"] not in {j["metadata"]["name"] for j in stack.runner_jobs(ns)}
+    assert job_of_runner(warm["name"]) not in {j["metadata"]["name"] for j in stack.runner_jobs(ns)}
 
 
 LONG = """name: long
@@ -247,8 +248,8 @@ class LongJob:
     label: str
     repo: str
     run_id: int
-    busy: str  # the runner running it
-    warm: str
+    busy: str  # the runner Job running it
+    warm: str  # the warm runner Job
 
 
 def long_job_beside_a_warm_runner(stack: NodeStack, name: str) -> LongJob:
@@ -259,8 +260,8 @@ def long_job_beside_a_warm_runner(stack: NodeStack, name: str) -> LongJob:
     stack.wait_job_running(repo, run_id)
     wait_for(lambda: len(stack.runners_with(label)) == 2, timeout=60, what="the busy runner and a warm one")
     (job,) = stack.jobs(repo, run_id)
-    (busy,) = [r["name"] for r in stack.runners_with(label) if r["id"] == job["runner_id"]]
-    (warm,) = [r["name"] for r in stack.runners_with(label) if r["id"] != job["runner_id"]]
+    (busy,) = [job_of_runner(r["name"]) for r in stack.runners_with(label) if r["id"] == job["runner_id"]]
+    (warm,) = [job_of_runner(r["name"]) for r in stack.runners_with(label) if r["id"] != job["runner_id"]]
     return LongJob(ns, label, repo, run_id, busy, warm)
 
 
@@ -303,7 +304,7 @@ def test_scale_down_while_jobs_keep_arriving_never_costs_a_job(stack: NodeStack)
         log = stack.our_log("reconciler")[logged:]
     jobs = [j for run_id in runs for j in stack.jobs(repo, run_id)]
     assert [r["conclusion"] for r in finished_runs] == ["success"] * len(runs), jobs
-    ran = {j["runner_name"] for j in jobs}
+    ran = {job_of_runner(j["runner_name"]) for j in jobs}  # the runner Jobs that ran a job
     deleted = [line for line in log.splitlines() if '"runner deleted"' in line]
     assert [line for line in deleted if '"surplus_idle"' in line], "idle runners were scaled down meanwhile"
     assert not [line for line in deleted if any(f'"{name}"' in line for name in ran)], "no runner that ran a job"
@@ -507,7 +508,7 @@ def test_a_job_step_can_read_no_registration_token(stack: NodeStack) -> None:
     assert stack.wait_run(repo, run_id)["conclusion"] == "success"
     (job,) = stack.jobs(repo, run_id)
     log = stack.job_log(repo, job["id"])
-    (runner,) = [j["metadata"]["name"] for j in stack.runner_jobs(ns)]
+    (runner,) = [runner_of(j) for j in stack.runner_jobs(ns)]
     # The step did look: its environment, the processes, and the files with their long strings.
     assert f"GITEA_RUNNER_NAME={runner}" in log and "== processes" in log, log[-2000:]
     assert "act_runner daemon" in log, "the runner's own process was listed"

@@ -118,13 +118,16 @@ class RunnerWatch:
     def __init__(
         self, cluster: KubeCluster, namespace: str, *, on_added: Callable[[dict[str, Any]], None] | None = None
     ) -> None:
-        self.jobs: dict[str, bool] = {}  # name -> alive
-        self.group_of: dict[str, str] = {}  # name -> its RunnerGroup
+        # By the Job's uid: a Job deleted and made again under its name is another runner.
+        self.jobs: dict[str, bool] = {}  # uid -> alive
+        self.names: dict[str, str] = {}  # uid -> its name
+        self.uid_of: dict[str, str] = {}  # name -> the uid of the latest Job of that name
+        self.group_of: dict[str, str] = {}  # uid -> its RunnerGroup
         self.max_by_group: dict[str, int] = {}  # the most runners of one group alive at once
         self.on_added = on_added  # called (in the watch's thread) once per new runner Job
-        self.pods_done: set[str] = set()  # Jobs whose Pod terminated
+        self.pods_done: set[str] = set()  # uids of the Jobs whose Pod terminated
         # When this watch first saw each runner Job, and its Pod running (wall clock, ms); and the
-        # Gitea job each runner Job was started for.
+        # Gitea job each runner Job was started for. By name: the node benchmark's timings.
         self.added_ms: dict[str, int] = {}
         self.running_ms: dict[str, int] = {}
         # The steps of each runner's Pod in between, as first seen (the node benchmark splits a burst by
@@ -146,9 +149,9 @@ class RunnerWatch:
 
     @property
     def alive(self) -> set[str]:
-        """The runners alive now."""
+        """The runners alive now (their Jobs' names)."""
         with self._lock:
-            return {name for name, up in self.jobs.items() if up and name not in self.pods_done}
+            return {self.names[uid] for uid, up in self.jobs.items() if up and uid not in self.pods_done}
 
     @property
     def gaps(self) -> int:
@@ -158,23 +161,27 @@ class RunnerWatch:
 
     @property
     def seen(self) -> set[str]:
-        """Every runner Job seen."""
+        """Every runner Job seen (by uid)."""
         with self._lock:
             return set(self.jobs)
 
     def _count(self) -> None:
-        alive = [name for name, up in self.jobs.items() if up and name not in self.pods_done]
+        alive = [uid for uid, up in self.jobs.items() if up and uid not in self.pods_done]
         self.max_alive = max(self.max_alive, len(alive))
-        per_group = Counter(self.group_of.get(name, "") for name in alive)
+        per_group = Counter(self.group_of.get(uid, "") for uid in alive)
         for group, count in per_group.items():
             self.max_by_group[group] = max(self.max_by_group.get(group, 0), count)
 
     def _job(self, kind: str, job: dict[str, Any]) -> None:
         meta = job["metadata"]
-        new = meta["name"] not in self.jobs
+        uid = meta["uid"]
+        new = uid not in self.jobs
         with self._lock:
-            self.jobs[meta["name"]] = kind != "DELETED" and not finished(job)
-            self.group_of[meta["name"]] = (meta.get("labels") or {}).get(GROUP_LABEL, "")
+            self.jobs[uid] = kind != "DELETED" and not finished(job)
+            self.names[uid] = meta["name"]
+            if kind != "DELETED":
+                self.uid_of[meta["name"]] = uid
+            self.group_of[uid] = (meta.get("labels") or {}).get(GROUP_LABEL, "")
             self.added_ms.setdefault(meta["name"], int(time.time() * 1000))
             for_job = (meta.get("annotations") or {}).get("gitea.bpg.pw/job-id")
             if for_job:
@@ -184,9 +191,11 @@ class RunnerWatch:
             self.on_added(job)
 
     def _pod(self, kind: str, pod: dict[str, Any]) -> None:
-        owner = (pod["metadata"].get("labels") or {}).get("job-name")
+        labels = pod["metadata"].get("labels") or {}
+        owner = labels.get("job-name")
         if not owner:
             return
+        owner_uid = labels.get("batch.kubernetes.io/controller-uid") or self.uid_of.get(owner, owner)
         now = int(time.time() * 1000)
         status = pod.get("status") or {}
         inits = [s.get("state") or {} for s in status.get("initContainerStatuses") or []]
@@ -202,7 +211,7 @@ class RunnerWatch:
                 self.running_ms.setdefault(owner, now)
             if kind == "DELETED" or status.get("phase") in ("Succeeded", "Failed"):
                 self.done_ms.setdefault(owner, now)
-                self.pods_done.add(owner)
+                self.pods_done.add(owner_uid)
                 self._count()
 
     def stop(self) -> None:

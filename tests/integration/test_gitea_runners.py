@@ -17,8 +17,8 @@ from reconciler.gitea_runners import SETTLE, RunnerRows, Vetted
 from reconciler.gitea_scopes import owners, scope_of
 from reconciler.giteaapi import GiteaClient
 from reconciler.kube import Kube
-from reconciler.manifests import job_name
 from reconciler.metrics import Metrics
+from reconciler.names import job_name
 from reconciler.objects import GroupObject, JobObject
 from reconciler.plan import Delete
 from tests.fake_gitea import FakeGitea

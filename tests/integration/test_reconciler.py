@@ -36,7 +36,7 @@ from tests.fake_gitea import FakeGitea
 from tests.groups import REFUSED, changed, operator_form, spec_dict
 from tests.groups import spec as spec_model
 from tests.jobs import model
-from tests.kube_cluster import KubeCluster, api_request, complete_job, fail_job
+from tests.kube_cluster import KubeCluster, api_request, complete_job, fail_job, runner_of
 from tests.redis_server import RedisServer
 from webhook_scaler.coordination import ABANDONED_AFTER_S, CLAIM_PENDING_S, Coordination
 from webhook_scaler.jobs import JobUpdate, Scope
@@ -268,7 +268,7 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
         reg_env = {e["name"]: e.get("valueFrom") for e in register["env"]}
         assert reg_env["GITEA_RUNNER_REGISTRATION_TOKEN"] == {"secretKeyRef": {"name": "gitea", "key": "reg"}}
         assert REG_TOKEN not in str(job)
-        assert env["GITEA_RUNNER_NAME"]["value"] == meta["name"]
+        assert env["GITEA_RUNNER_NAME"]["value"] == runner_of(job) and runner_of(job).startswith(meta["name"] + ".")
         assert env["GITEA_RUNNER_LABELS"]["value"] == "k8s"
         assert env["GITEA_RUNNER_EPHEMERAL"]["value"] == "true"
 
@@ -564,13 +564,16 @@ async def test_the_ghost_sweep_spares_the_row_of_a_runner_whose_job_the_cache_ho
     create_group(kube, ns, "swept", gitea={"url": str(server.make_url("")).rstrip("/")}, labels=[], defaultLabels=[])
     await queue(redis, 61, labels=[])
     async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
-        (name,) = await eventually(lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns)])
+        (job,) = await eventually(lambda: runner_jobs(kube, ns))
+        name = job["metadata"]["name"]
         await eventually(lambda: any(j.name == name for j in controller.jobs.items.values()))
-        fake.add_runner(name, status="offline")
+        fake.add_runner(runner_of(job), status="offline")
+        # An earlier runner of the same Job name (its Job and Pods gone, the name given again) left its row
+        earlier = fake.add_runner(f"{name}.0badc0de", status="offline")
         group_obj = next(g for g in controller.groups.items.values() if g.name == "swept")
         await redis.delete(f"{{grs}}:seats:{group_obj.uid}")  # no seat protects it now
-        assert await controller.sweep_once() == 0
-    assert fake.deleted == []
+        assert await controller.sweep_once() == 1
+    assert fake.deleted == [earlier], "the row of the runner whose Job is alive stays; the earlier one's goes"
 
 
 def _settled(controller: Controller, ns: str, name: str) -> bool:
@@ -594,7 +597,7 @@ async def test_a_group_passes_again_only_when_what_it_decides_from_changed(
     create_group(kube, ns, "steady", labels=[], defaultLabels=[])
     await queue(redis, 40, labels=[])
     async with running_controller(kube.kubeconfig, redis_server.url, ns, resync_interval=600) as controller:
-        (runner,) = await eventually(lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns)])
+        (runner,) = await eventually(lambda: [runner_of(j) for j in runner_jobs(kube, ns)])
         await eventually(lambda: _settled(controller, ns, "steady"))
         ran: list[str] = []
         original = controller.group_pass.run
@@ -761,8 +764,9 @@ async def test_a_runner_of_the_gitea_a_group_moved_from_goes_with_its_row_there(
         gitea={"url": old_url},
     )
     async with running_controller(kube.kubeconfig, redis_server.url, ns):
-        (warm,) = await eventually(lambda: [j["metadata"]["name"] for j in runner_jobs(kube, ns)])
-        row = old.add_runner(warm, scope=("repo", repo))
+        (job,) = await eventually(lambda: runner_jobs(kube, ns))
+        warm = job["metadata"]["name"]
+        row = old.add_runner(runner_of(job), scope=("repo", repo))
         old.fail_with = None if old_gitea_answers else 503
         patch = {"spec": {"gitea": {"url": new_url}}}
         path = RG.format(ns=ns) + "/moving"
@@ -793,9 +797,10 @@ async def test_a_deleted_group_drains_busy_runners_finish_idle_ones_go_then_the_
             lambda: "gitea.bpg.pw/runners" in (api_request(kube, "GET", path)[1]["metadata"].get("finalizers") or [])
         )
         busy, idle = names
-        busy_row, idle_row = fake.add_runner(busy, busy=True), fake.add_runner(idle)
+        runners = {j["metadata"]["name"]: runner_of(j) for j in runner_jobs(kube, ns)}
+        busy_row, idle_row = fake.add_runner(runners[busy], busy=True), fake.add_runner(runners[idle])
         taken = JobUpdate.from_payload(model("in_progress", job_id=101, labels=[], repo="acme/widgets"))
-        await JobStore(redis).record(dataclasses.replace(taken, runner_name=busy))
+        await JobStore(redis).record(dataclasses.replace(taken, runner_name=runners[busy]))
         await passes(controller, count=2)
 
         assert api_request(kube, "DELETE", path)[0] == 200
@@ -871,7 +876,7 @@ async def test_a_busy_runner_cannot_be_evicted_an_idle_one_can(
         busy_pod, idle_pod = (_running_pod(kube, ns, j) for j in jobs)
         busy = jobs[0]["metadata"]
         taken = JobUpdate.from_payload(model("in_progress", job_id=111, labels=[], repo=repo))
-        await JobStore(redis).record(dataclasses.replace(taken, runner_name=busy["name"]))
+        await JobStore(redis).record(dataclasses.replace(taken, runner_name=runner_of(jobs[0])))
 
         budgets = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"
         (pdb,) = await eventually(lambda: api_request(kube, "GET", budgets)[1]["items"])

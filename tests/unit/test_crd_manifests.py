@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,9 @@ from pydantic import ValidationError
 
 from reconciler.crd import crd
 from reconciler.dind import is_dind
-from reconciler.manifests import JOB_ID_ANNOTATION, GroupRef, build_job, job_name
+from reconciler.manifests import JOB_ID_ANNOTATION, GroupRef, build_job
+from reconciler.names import job_name, job_of_runner
+from reconciler.objects import job_from
 from reconciler.spec import RunnerGroupSpec, parse_duration
 from tests import groups
 from tests.groups import REFUSED, changed, operator_form, spec_dict
@@ -103,12 +106,17 @@ def test_job_manifest_invariants() -> None:
         "name": "GITEA_RUNNER_REGISTRATION_TOKEN",
         "valueFrom": {"secretKeyRef": {"name": "gitea", "key": "reg"}},
     }
-    assert reg_env["GITEA_RUNNER_NAME"]["value"] == "builders-7-ab12"
+    # The runner's name in Gitea: the Job's and a tag of its own, recorded on the Job (names come back)
+    runner_name = job["metadata"]["annotations"]["gitea.bpg.pw/runner-name"]
+    assert re.fullmatch(r"builders-7-ab12\.[0-9a-f]{8}", runner_name)
+    assert reg_env["GITEA_RUNNER_NAME"]["value"] == runner_name
+    again = build_job(REF, s, name="builders-7-ab12", job_id=7, queued_ms=123)
+    assert again["metadata"]["annotations"]["gitea.bpg.pw/runner-name"] != runner_name, "never one name twice"
     state = {"name": "runner-state", "mountPath": "/data"}
     assert state in register["volumeMounts"] and state in runner["volumeMounts"]
     assert {"name": "runner-state", "emptyDir": {}} in pod["volumes"]
     assert pod["shareProcessNamespace"] is False
-    assert env["GITEA_RUNNER_NAME"]["value"] == "builders-7-ab12"
+    assert env["GITEA_RUNNER_NAME"]["value"] == runner_name
     assert env["GITEA_RUNNER_LABELS"]["value"].startswith("k8s,ubuntu-latest:docker://")
     meta = job["metadata"]
     assert meta["annotations"][JOB_ID_ANNOTATION] == "7"
@@ -190,3 +198,13 @@ def test_dind_mode_puts_a_privileged_docker_daemon_beside_an_unprivileged_runner
     assert {"name": "dind-storage", "emptyDir": {}} in pod["volumes"], "never the node's own Docker storage"
     plain = build_job(REF, spec(image="docker.io/gitea/act_runner:0.2.13"), name="b-2-x", job_id=2)
     assert [c["name"] for c in plain["spec"]["template"]["spec"]["initContainers"]] == ["register"]
+
+
+def test_a_runner_job_names_its_runner_and_an_earlier_release_s_job_its_own() -> None:
+    """What Gitea calls a runner: the name its Job records; a Job without one (made by an earlier
+    release) registered under the Job's own name. Either way the Job's name is what precedes the tag."""
+    meta = {"namespace": "ci", "name": "builders-7-0", "uid": "u1", "labels": {}}
+    tagged = job_from({"metadata": {**meta, "annotations": {"gitea.bpg.pw/runner-name": "builders-7-0.1f2e3d4c"}}})
+    assert tagged.runner == "builders-7-0.1f2e3d4c" and job_of_runner(tagged.runner) == "builders-7-0"
+    bare = job_from({"metadata": meta})
+    assert bare.runner == "builders-7-0" and job_of_runner(bare.runner) == "builders-7-0"

@@ -1,8 +1,10 @@
-"""Gitea's word on a runner counts for the runner Job that has its name now, never for an earlier one.
+"""Gitea's word on a runner counts for that runner's Job, never for an earlier one of the same name.
 
 A runner Job's name comes back once the Job before it is gone (the n-th runner of a job, a group
-recreated); Redis keeps what Gitea said about runners by name for a day. A fact recorded before the Job
-was created is about another runner."""
+recreated); Redis keeps what Gitea said about runners by name for a day. A runner's own name in Gitea
+never comes back (the Job's name and a tag, see `reconciler.names`). For runner Jobs of an earlier
+release, named in Gitea like the Job, a fact recorded before the Job was created is about another
+runner."""
 
 from __future__ import annotations
 
@@ -38,11 +40,10 @@ def make(*, now_ms: int = CREATED_MS) -> GroupPass:
     )
 
 
-def phase(activity: Activity) -> Phase:
+def phase(activity: Activity, *, runner_name: str = "") -> Phase:
     group_pass = make()
-    group_pass.jobs_by_group = {
-        ("ci", "builders"): [JobObject("ci", "builders-7-0", "builders", 7, CREATED_MS, "", "")]
-    }
+    job = JobObject("ci", "builders-7-0", "builders", 7, CREATED_MS, "", "", runner_name=runner_name)
+    group_pass.jobs_by_group = {("ci", "builders"): [job]}
     pod = PodObject("ci", "builders-7-0-x", "builders-7-0", "Running", CREATED_MS, CREATED_MS + 3000)
     group_pass.pods_by_job = {("ci", "builders-7-0"): [pod]}
     (runner,) = group_pass.runners(GROUP, activity)
@@ -62,6 +63,16 @@ def test_a_fact_counts_only_if_it_is_not_older_than_the_job(at_ms: int, busy: Ph
     name = "builders-7-0"
     assert phase(Activity({name}, {}, busy_ms={name: at_ms})) is busy
     assert phase(Activity(set(), {name: at_ms})) is done
+
+
+def test_a_runner_is_known_by_its_own_name_in_gitea_not_its_jobs() -> None:
+    """The Job's name is given again; its runner's is not: Gitea's word about the bare Job name (an
+    earlier runner of the name, even one recorded after this Job was created) is not about this one."""
+    earlier, own, at = "builders-7-0", "builders-7-0.1f2e3d4c", CREATED_MS + 5000
+    assert phase(Activity({earlier}, {}, busy_ms={earlier: at}), runner_name=own) is Phase.IDLE
+    assert phase(Activity(set(), {earlier: at}), runner_name=own) is Phase.IDLE
+    assert phase(Activity({own}, {}, busy_ms={own: at}), runner_name=own) is Phase.BUSY
+    assert phase(Activity(set(), {own: at}), runner_name=own) is Phase.FINISHING
 
 
 def test_with_no_fact_a_running_runner_is_idle() -> None:

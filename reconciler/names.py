@@ -1,0 +1,58 @@
+"""Pure: the names of runner Jobs, and the identity of their runners in Gitea.
+
+A runner Job's name is fixed by the (job, attempt) it is for and how many runners for it came before,
+so the API server refuses a second Job of that name (the claim's backstop, see `coordination`). Such
+a name comes back once the Jobs and Pods of earlier runners are gone. The runner's name in Gitea is
+therefore the Job's name with a random tag of its own (`{job name}.{8 hex}`, recorded on the Job): no
+two runners ever have one name, so Gitea's word on a runner (the `busy`/`done` facts its webhooks
+leave, its row) is never taken for another's, whatever namespace or time it ran in. A runner Job
+without the tag on record (made by an earlier release) registered under its bare Job name.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def job_name(group: str, suffix: str) -> str:
+    """`{group}-{suffix}`, cut to a valid DNS-1123 label of at most 63 characters."""
+    suffix = re.sub(r"[^a-z0-9-]", "-", suffix.lower()).strip("-") or "x"
+    head = re.sub(r"[^a-z0-9-]", "-", group.lower())[: 62 - len(suffix)].strip("-") or "rg"
+    name = f"{head}-{suffix}"
+    assert _DNS_LABEL.match(name) and len(name) <= 63, name
+    return name
+
+
+# The suffix of a runner Job's name: `{job id}-{attempt}` for a queued job, `-r{n}` added for its n-th
+# replacement, `w-{6 hex}` for a warm runner. (`{job id}-{4 hex}`: runner Jobs of before 0.5.)
+RUNNER_SUFFIX = re.compile(r"-(\d+-(?:\d+(?:-r\d+)?|[0-9a-f]{4})|w-[0-9a-f]{6})$")
+_JOB_SUFFIX = re.compile(r"-(?P<job>\d+)-(?P<attempt>\d+)(?:-r(?P<retry>\d+))?$")
+
+
+def runner_suffix(job_id: int | None, *, attempt: int = 0, retry: int = 0, random_hex: str = "") -> str:
+    """The name suffix of a new runner Job: fixed by the (job, attempt) it is for and how many runners
+    for it came before, so the API server refuses a second; warm ones take 6 random hex digits."""
+    if job_id is None:
+        return f"w-{random_hex[:6]}"
+    return f"{job_id}-{attempt}" + (f"-r{retry}" if retry else "")
+
+
+def runner_retry(name: str, *, job_id: int, attempt: int) -> int | None:
+    """Which runner for (job, attempt) the Job called `name` is (0 = the first), or None if none."""
+    m = _JOB_SUFFIX.search(name)
+    if m is None or int(m["job"]) != job_id or int(m["attempt"]) != attempt:
+        return None
+    return int(m["retry"] or 0)
+
+
+def runner_name(job: str, tag: str | None = None) -> str:
+    """A new runner's name in Gitea: its Job's name and a random tag (`tag`, for tests: a given one)."""
+    return f"{job}.{tag or uuid.uuid4().hex[:8]}"
+
+
+def job_of_runner(runner: str) -> str:
+    """The name of the runner Job whose runner is called `runner` in Gitea."""
+    return runner.split(".", 1)[0]
