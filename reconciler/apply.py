@@ -1,8 +1,9 @@
 """One group's pass: read its runners and Gitea's word on them, plan, apply the plan, report.
 
 Owns: classifying the group's runner Jobs, the seats a pass starts from (`seating`), deleting and
-creating runners as the plan says (deletions vetted by Gitea first, see `gitea_runners`), one Event
-and one count per failed runner across replicas, the group's metrics and its status write. The
+creating runners as the plan says (deletions vetted by Gitea first, see `gitea_runners`), the
+reports and protections that follow (`disruption`, `admission`), the group's metrics and its status
+write. The
 decisions are `plan`'s; scheduling passes is `controller`'s.
 """
 
@@ -16,8 +17,9 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from reconciler.admission import Admission
 from reconciler.deletions import Deletions
-from reconciler.disruption import LOST, Budgets
+from reconciler.disruption import Budgets, report_failures
 from reconciler.gitea_runners import RunnerRows
 from reconciler.kube import Kube, TransientError
 from reconciler.manifests import template_hash
@@ -30,13 +32,12 @@ from reconciler.seating import Ready, Seating
 from reconciler.settings import Settings
 from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
-from reconciler.status import desired_status, pass_fields, registration_failed
+from reconciler.status import desired_status, pass_fields
 from webhook_scaler.coordination import Activity, Coordination
 from webhook_scaler.jobs import QueuedJob
 
 log = logging.getLogger(__name__)
 STATUS_INTERVAL = 1.0  # seconds between status writes that only change counts
-FAILED_MARK_MS = 24 * 3600 * 1000  # a failed runner is reported once; its Job is gone long before
 # Gitea's word on a runner (busy since, done at; Redis' clock) counts for a runner Job only if it came
 # after the Job was created (the API server's clock, to the second): a fact about an earlier runner of
 # the same name (its Job gone, its name given again) says nothing about this one.
@@ -70,7 +71,7 @@ class GroupPass:
         self.create_slots = asyncio.Semaphore(settings.create_concurrency)  # shared by every group's pass
         self.seating = Seating(coordination, kube, claim_ttl_s=settings.claim_ttl, replica=settings.replica_id)
         self.deletions = Deletions(kube=kube, coordination=coordination, rows=rows, metrics=metrics)
-        self.budgets = Budgets(kube)
+        self.budgets, self.admission = Budgets(kube), Admission(kube)
         self.facts_window_ms = int((2 * settings.poll_interval + 10) * 1000)
         self.jobs_by_group: Mapping[tuple[str, str], list[JobObject]] = {}
         self.pods_by_job: Mapping[tuple[str, str], list[PodObject]] = {}
@@ -203,6 +204,7 @@ class GroupPass:
             failed=decided.failed,
             backoff=decided.backoff,
             unlisted=state.unlisted,
+            refused=state.refused,
             scope=f"{spec.scope} {spec.target}".strip(),
         )
 
@@ -270,28 +272,14 @@ class GroupPass:
     async def _tend(
         self, group: GroupObject, decided: Plan, runners: list[Runner], state: GroupState, label: str
     ) -> None:
-        """Report the runners that failed, and protect the busy ones from evictions (see `disruption`)."""
-        await self._report_failures(group, decided, state, label)
+        """Report the runners that failed and those whose Pods the API server refuses (see `admission`), and
+        protect the busy ones from evictions (see `disruption`)."""
+        await report_failures(group, decided.failed, state, label, self.kube, self.coordination, self.metrics)
         await self.budgets.protect(group, runners, self.jobs_of(group), state)
-
-    async def _report_failures(self, group: GroupObject, decided: Plan, state: GroupState, label: str) -> None:
-        names_now = {r.name for r in decided.failed}
-        for r in decided.failed:
-            if r.name in state.reported_failures:
-                continue
-            # One Event and one count per failed runner across replicas: the first to mark it reports it.
-            if not await self.coordination.lock(
-                f"failed:{group.namespace}/{r.name}", holder=self.settings.replica_id, ttl_ms=FAILED_MARK_MS
-            ):
-                continue
-            if registration_failed(r):
-                self.metrics.registration_failures.labels(group=label).inc()
-            message, reason = f"Runner Job {r.name} failed ({r.reason}); its slot is free again", "RunnerFailed"
-            if r.heard:
-                self.metrics.runners_lost.labels(group=label).inc()
-                message, reason = f"Runner Job {r.name} died during its job ({r.reason}): {LOST}", "RunnerLost"
-            await self.kube.event(group.ref, kind="Warning", reason=reason, message=message)
-        state.reported_failures = names_now
+        now_ms = int(self.clock() * 1000)
+        again = await self.admission.check(group, self.jobs_of(group), self.pods_by_job, state, now_ms)
+        if again is not None:
+            self.wake_at(state, again)
 
 
 def _since(facts: Mapping[str, int], job: JobObject) -> int | None:

@@ -8,7 +8,8 @@ with it). Per Job, because Kubernetes allows a budget over a Job's Pods only an 
 runners get none: evicted, they are replaced. A runner is protected once the controller knows it is
 busy (its `in_progress` webhook, a poll, its row): an eviction in the second before is not stopped.
 
-Owns: `Budgets`, the budget's manifest. Must not decide which runner is busy: `phases` does.
+Owns: `Budgets`, the budget's manifest, and the report of failed runners (`RunnerFailed`,
+`RunnerLost`). Must not decide which runner is busy: `phases` does.
 """
 
 from __future__ import annotations
@@ -19,14 +20,18 @@ from typing import Any
 
 from reconciler.kube import Kube, PermanentError, TransientError
 from reconciler.manifests import GROUP_LABEL, MANAGED_BY, MANAGED_BY_LABEL
+from reconciler.metrics import Metrics
 from reconciler.objects import GroupObject, JobObject
 from reconciler.phases import Phase, Runner
 from reconciler.state import GroupState
+from reconciler.status import registration_failed
+from webhook_scaler.coordination import Coordination
 
 log = logging.getLogger(__name__)
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # the Job controller sets it on the Pods it makes
 # What a RunnerLost Event tells after the runner's name and why it failed.
 LOST = "Gitea fails the job once it stops hearing from the runner (its task timeout); re-run it in Gitea"
+FAILED_MARK_MS = 24 * 3600 * 1000  # a failed runner is reported once; its Job is gone long before
 
 
 def budget(job: JobObject) -> dict[str, Any]:
@@ -75,3 +80,29 @@ class Budgets:
                 if isinstance(exc, TransientError):
                     continue  # the next pass tries again; a refusal (no RBAC) is not asked again for this Job
             state.protected.add(job.name)
+
+
+async def report_failures(
+    group: GroupObject,
+    failed: Sequence[Runner],
+    state: GroupState,
+    label: str,
+    kube: Kube,
+    coordination: Coordination,
+    metrics: Metrics,
+) -> None:
+    """One Event and one count per failed runner across replicas (the first to mark it reports it):
+    `RunnerLost` for a runner that died during its job, `RunnerFailed` for another."""
+    for r in failed:
+        if r.name in state.reported_failures:
+            continue
+        if not await coordination.lock(f"failed:{group.namespace}/{r.name}", holder=label, ttl_ms=FAILED_MARK_MS):
+            continue
+        if registration_failed(r):
+            metrics.registration_failures.labels(group=label).inc()
+        message, reason = f"Runner Job {r.name} failed ({r.reason}); its slot is free again", "RunnerFailed"
+        if r.heard:
+            metrics.runners_lost.labels(group=label).inc()
+            message, reason = f"Runner Job {r.name} died during its job ({r.reason}): {LOST}", "RunnerLost"
+        await kube.event(group.ref, kind="Warning", reason=reason, message=message)
+    state.reported_failures = {r.name for r in failed}

@@ -13,7 +13,6 @@ import base64
 import json
 import logging
 import os
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -24,11 +23,11 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
 
 from reconciler.crd import GROUP, PLURAL, VERSION
+from reconciler.events import COMPONENT, FAILED_CREATE_SELECTOR, event_body, refusals
 from reconciler.manifests import GroupRef
 from reconciler.status import SEAT_EPOCH
 
 log = logging.getLogger(__name__)
-COMPONENT = "gitea-runner-scaler"
 REQUEST_TIMEOUT = 30.0  # seconds; no API call may wait for ever (watches end by their own timeout)
 _WRITE: dict[str, Any] = {"_request_timeout": REQUEST_TIMEOUT, "_preload_content": False}  # see `_answered`
 
@@ -146,6 +145,17 @@ class Kube:
         except (TimeoutError, OSError, aiohttp.ClientError) as exc:
             raise classify(exc) from None
         return True
+
+    async def refused_pods(self, namespace: str) -> dict[str, str]:
+        """The runner Jobs (by uid) whose Pods the API server refused, with its latest message (the Job
+        controller's `FailedCreate` Events)."""
+        try:
+            listed = await self.core.list_namespaced_event(
+                namespace, field_selector=FAILED_CREATE_SELECTOR, _request_timeout=REQUEST_TIMEOUT
+            )
+        except (ApiException, TimeoutError, OSError, aiohttp.ClientError) as exc:
+            raise classify(exc) from None
+        return refusals(self.api.sanitize_for_serialization(e) for e in listed.items or [])
 
     async def seat_epoch(self, group: GroupRef) -> str | None:
         """The seat epoch the API server (not the cache) records in the group's status."""
@@ -265,25 +275,7 @@ class Kube:
 
     async def event(self, group: GroupRef, *, kind: str, reason: str, message: str) -> None:
         """Record a core/v1 Event on a RunnerGroup; failures are logged, never raised."""
-        now = datetime.now(UTC)
-        body = {
-            "metadata": {"name": f"{group.name}.{uuid.uuid4().hex[:16]}", "namespace": group.namespace},
-            "involvedObject": {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "RunnerGroup",
-                "name": group.name,
-                "namespace": group.namespace,
-                "uid": group.uid,
-            },
-            "type": kind,
-            "reason": reason,
-            "message": message[:1000],
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "firstTimestamp": now.isoformat(),
-            "lastTimestamp": now.isoformat(),
-            "count": 1,
-        }
+        body = event_body(group, kind=kind, reason=reason, message=message, now=datetime.now(UTC))
         try:
             await _answered(
                 self.core.create_namespaced_event(

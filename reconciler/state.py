@@ -36,3 +36,5 @@ class GroupState:
     deleting: set[str] = field(default_factory=set)  # runner Jobs we deleted whose seats wait for their Pods to go
     protected: set[str] = field(default_factory=set)  # busy runner Jobs given a PodDisruptionBudget
     unlisted: tuple[str, ...] = ()  # runners kept: no scope the group's API token can list holds their row
+    refused: dict[str, str] = field(default_factory=dict)  # Pod-less runner Jobs -> why the API server refused
+    refusals_read_ms: int = 0  # when their FailedCreate Events were last read

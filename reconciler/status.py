@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 from reconciler.phases import Runner
@@ -87,6 +88,26 @@ def _listed(unlisted: Sequence[str], scope: str) -> Condition:
     return Condition("RunnersListed", "False", "NotInScope", message)
 
 
+def _admitted(refused: Mapping[str, str]) -> Condition:
+    if not refused:
+        return Condition("RunnerPodsAdmitted", "True", "Admitted", "the API server admits the runner Pods")
+    first = sorted(refused)[0]
+    message = (
+        f"the API server refuses the Pods of runner Job(s) {', '.join(sorted(refused))}; {first}: {refused[first]}"
+    )
+    return Condition("RunnerPodsAdmitted", "False", "PodRefused", message[:1000])
+
+
+def _ready(spec: RunnerGroupSpec | None, invalid: str, error: str) -> Condition:
+    if invalid or spec is None:
+        return Condition("Ready", "False", "InvalidSpec", invalid or "invalid spec")
+    if error:
+        return Condition("Ready", "False", "ReconcileFailed", f"stopped until the RunnerGroup changes: {error}")
+    if spec.suspend:
+        return Condition("Ready", "True", "Suspended", "suspended: no new runners are started")
+    return Condition("Ready", "True", "Reconciled", "runners follow the queued jobs")
+
+
 def desired_status(
     *,
     generation: int,
@@ -101,27 +122,20 @@ def desired_status(
     backoff: Backoff | None = None,
     error: str = "",
     unlisted: Sequence[str] = (),
+    refused: Mapping[str, str] = MappingProxyType({}),
     scope: str = "",
 ) -> dict[str, Any]:
     """The whole status object for this pass (`error`: a permanent error that stopped the group)."""
-    stamp = timestamp(now)
-    if invalid or spec is None:
-        ready = Condition("Ready", "False", "InvalidSpec", invalid or "invalid spec")
-    elif error:
-        ready = Condition("Ready", "False", "ReconcileFailed", f"stopped until the RunnerGroup changes: {error}")
-    elif spec.suspend:
-        ready = Condition("Ready", "True", "Suspended", "suspended: no new runners are started")
-    else:
-        ready = Condition("Ready", "True", "Reconciled", "runners follow the queued jobs")
+    stamp, ready = timestamp(now), _ready(spec, invalid, error)
     reach = gitea or Condition("GiteaReachable", "Unknown", "NotPolledYet", "no poll of Gitea has finished yet")
-    health, listed = _health(backoff, failed), _listed(unlisted, scope)
+    health, listed, admitted = _health(backoff, failed), _listed(unlisted, scope), _admitted(refused)
     status: dict[str, Any] = {
         "target": spec.target if spec else "",
         "activeRunners": counts.active if counts else 0,
         "idleRunners": counts.idle if counts else 0,
         "queuedJobs": counts.queued if counts else 0,
         "observedGeneration": generation,
-        "conditions": _conditions(previous, [ready, reach, health, listed], now=stamp, generation=generation),
+        "conditions": _conditions(previous, [ready, reach, health, listed, admitted], now=stamp, generation=generation),
     }
     check = last_poll or previous.get("lastCheckTime")
     if check:

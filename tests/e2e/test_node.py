@@ -381,7 +381,9 @@ def test_the_sweep_removes_the_row_of_a_runner_deleted_behind_our_back(stack: No
     (warm,) = wait_for(lambda: stack.runners_with(label), timeout=60, what="a warm runner registered in Gitea")
     # Someone deletes the runner's Job (or its node dies): its row stays in Gitea, offline after a minute.
     status, _ = api_request(
-        stack.node, "DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs/{warm['name']}?propagationPolicy=Background"
+        stack.node,
+        "DELETE",
+        f"/apis/batch/v1/namespaces/{ns}/jobs/{job_of_runner(warm['name'])}?propagationPolicy=Background",
     )
     assert status == 200
     wait_for(
@@ -498,6 +500,32 @@ jobs:
           files -size -4M -print0 | xargs -0 grep -ahoE '[A-Za-z0-9]{{32,}}' 2>/dev/null | sort -u
           echo "== files read: $(files -print | wc -l)"
 """
+
+
+def test_a_runner_pod_the_namespaces_pod_security_refuses_is_reported_within_seconds(stack: NodeStack) -> None:
+    """The Docker mode's sidecar is privileged; a namespace at Pod Security `baseline` (what the quick
+    start once labelled) refuses the runner's Pod. The group says why within seconds, with the API
+    server's message, instead of a Pending runner reaped at its `pendingTimeout` (10 minutes)."""
+    ns, label = stack.namespace("strict"), new_label()
+    patch = {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "baseline"}}}
+    path = f"/api/v1/namespaces/{ns}"
+    assert api_request(stack.node, "PATCH", path, patch, content_type="application/merge-patch+json")[0] == 200
+    stack.group(ns, label, containerMode="dind")
+    repo = stack.repo()
+    stack.push(repo, workflow("refused", label=label))
+    (job,) = wait_for(lambda: stack.runner_jobs(ns), timeout=60, what="a runner Job for the queued job")
+
+    def refused() -> dict[str, Any] | None:
+        conds = {c["type"]: c for c in stack.group_status(ns).get("conditions") or []}
+        cond = conds.get("RunnerPodsAdmitted") or {}
+        return cond if cond.get("status") == "False" else None
+
+    # (the pendingTimeout is 10 minutes: a condition within this wait is the controller reading the refusal)
+    condition = wait_for(refused, timeout=30, what="RunnerPodsAdmitted False")
+    assert condition["reason"] == "PodRefused", condition
+    assert 'violates PodSecurity "baseline:latest"' in condition["message"], condition["message"]
+    assert job["metadata"]["name"] in condition["message"]
+    assert not stack.pods(ns), "no runner Pod was admitted"
 
 
 def test_a_job_step_can_read_no_registration_token(stack: NodeStack) -> None:

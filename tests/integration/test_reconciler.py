@@ -849,6 +849,54 @@ def _running_pod(kube: KubeCluster, ns: str, job: dict[str, Any]) -> str:
     return f"{name}-p"
 
 
+def _refuse_pod_as_the_job_controller_does(kube: KubeCluster, ns: str, job: dict[str, Any]) -> str:
+    """Try to create the runner Job's Pod (the API server's admission decides), and record the refusal
+    as the Job controller does: a `FailedCreate` Warning Event on the Job. Its message."""
+    meta = job["metadata"]
+    pod = {"metadata": {"generateName": f"{meta['name']}-"}, "spec": job["spec"]["template"]["spec"]}
+    status, body = api_request(kube, "POST", f"/api/v1/namespaces/{ns}/pods", pod)
+    assert status == 403, body
+    involved = {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "namespace": ns, "uid": meta["uid"]}
+    event = {
+        "metadata": {"generateName": f"{meta['name']}."},
+        "involvedObject": involved,
+        "type": "Warning",
+        "reason": "FailedCreate",
+        "message": f"Error creating: {body['message']}",
+        "source": {"component": "job-controller"},
+        "lastTimestamp": "2026-01-01T00:00:00Z",
+    }
+    assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/events", event)[0] == 201
+    return str(body["message"])
+
+
+async def test_a_runner_pod_the_namespaces_pod_security_refuses_is_reported_within_seconds(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    """The default runner image is privileged; a namespace at Pod Security `baseline` refuses its Pod, so
+    the runner Job never gets one. The group says so, with the API server's message, within seconds
+    (not a Pending runner reaped at its `pendingTimeout`): `RunnerPodsAdmitted` False, and an Event."""
+    ns = _pss_namespace(kube, "baseline")
+    secret = {"metadata": {"name": "gitea"}, "stringData": {"api": API_TOKEN, "reg": REG_TOKEN}}
+    assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", secret)[0] == 201
+    create_group(kube, ns, "strict", scope="repo", repo=f"acme/{ns}", labels=[], defaultLabels=[])
+    await queue(redis, 131, labels=[], repo=f"acme/{ns}")
+    async with running_controller(kube.kubeconfig, redis_server.url, ns):
+        (job,) = await eventually(lambda: runner_jobs(kube, ns))
+
+        def admitted() -> dict[str, Any]:
+            return dict(group_status(kube, ns, "strict")["conditions"].get("RunnerPodsAdmitted") or {})
+
+        assert (await eventually(lambda: admitted().get("status") == "True" and admitted()))["reason"] == "Admitted"
+        refusal = _refuse_pod_as_the_job_controller_does(kube, ns, job)
+        assert 'violates PodSecurity "baseline:latest"' in refusal
+        condition = await eventually(lambda: admitted().get("status") == "False" and admitted(), timeout=15)
+        assert condition["reason"] == "PodRefused" and refusal in condition["message"]
+        assert job["metadata"]["name"] in condition["message"]
+        (event,) = await eventually(lambda: events(kube, ns, "RunnerPodRefused"))
+        assert refusal in event["message"] and event["involvedObject"]["kind"] == "RunnerGroup"
+
+
 def _evict(kube: KubeCluster, ns: str, pod: str) -> int:
     """What `kubectl drain` and the cluster autoscaler do to a Pod: the Eviction API."""
     body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": ns}}

@@ -185,7 +185,7 @@ runnerNamespaces, or the release namespace. */}}
   verbs: [get, list, watch]
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create, patch, list]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [create]
