@@ -5,7 +5,7 @@ again and records `FailedCreate` Events on the Job, with the API server's messag
 otherwise show a Pending runner until its `pendingTimeout` reaps it. So a runner Job that still has no
 Pod `PODLESS_AFTER_MS` after its creation makes the pass read those Events (at most every
 `RECHECK_MS` per group; for `WAKE_FOR_MS` a timer wakes the group for it, later any pass does), and
-the group reports what it found: the `RunnerPodsAdmitted` condition, and one `RunnerPodRefused`
+the group reports what it found: the `RunnersAdmitted` condition, and one `RunnerPodRefused`
 Warning Event per runner Job.
 
 Owns: noticing Pod-less runner Jobs, and what the group remembers of their refusals. Must not decide

@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 from reconciler.admission import Admission
 from reconciler.deletions import Deletions
@@ -27,17 +26,16 @@ from reconciler.metrics import Metrics
 from reconciler.objects import GroupObject, JobObject, PodObject
 from reconciler.phases import Phase, Runner, classify
 from reconciler.plan import Create, Plan, plan
-from reconciler.reports import MAX_DELAY, Reports
+from reconciler.reports import Reports
 from reconciler.seating import Ready, Seating
 from reconciler.settings import Settings
 from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
-from reconciler.status import desired_status, pass_fields
+from reconciler.status import desired_status
 from webhook_scaler.coordination import Activity, Coordination
 from webhook_scaler.jobs import QueuedJob
 
 log = logging.getLogger(__name__)
-STATUS_INTERVAL = 1.0  # seconds between status writes that only change counts
 # Gitea's word on a runner (busy since, done at; Redis' clock) counts for a runner Job only if it came
 # after the Job was created (the API server's clock, to the second): a fact about an earlier runner of
 # the same name (its Job gone, its name given again) says nothing about this one.
@@ -143,15 +141,39 @@ class GroupPass:
         # A runner whose deletion Gitea did not allow still serves its job: it gets no replacement.
         creates = tuple(c for c in decided.create if c.stale_claim not in kept) if ready.wait_until_ms is None else ()
         label = f"{group.namespace}/{group.name}"
-        created = await self._creates(group, spec, creates, ready, label, state=state)
-        if ready.wait_until_ms is not None:
-            self.wake_at(state, now_ms + max(0, ready.wait_until_ms - ready.now_ms))
+        created, refusal = await self._try_creates(group, spec, creates, ready, label, state)
         await self._tend(group, decided, runners, state, label)
         self._gauges(label, spec, decided, runners, created)
-        await self.write_status(group, self._status(group, spec, decided, state), state)
+        await self._write_status(group, spec, decided, state)
+        if refusal is not None:
+            raise refusal  # the scheduler's backoff tries again
         if not await self.deletions.hold_or_finish(group, spec, jobs):
             self.wake_at(state, now_ms + DRAIN_RECHECK_MS)
         return decided
+
+    async def _try_creates(
+        self,
+        group: GroupObject,
+        spec: RunnerGroupSpec,
+        creates: tuple[Create, ...],
+        ready: Ready,
+        label: str,
+        state: GroupState,
+    ) -> tuple[int, TransientError | None]:
+        """The pass's creates: how many were made, and a refusal before anything was written (a quota, the
+        API server's throttling), kept for the status and returned, not raised (the pass raises it last).
+        While creates of an older seat epoch may still land, none: look again when they cannot."""
+        if ready.wait_until_ms is not None:
+            self.wake_at(state, int(self.clock() * 1000) + max(0, ready.wait_until_ms - ready.now_ms))
+        try:
+            created = await self._creates(group, spec, creates, ready, label, state=state)
+        except TransientError as exc:
+            if not exc.refused:
+                raise
+            state.create_refused = str(exc)
+            return 0, exc
+        state.create_refused = ""
+        return created, None
 
     def _lingering(self, group: GroupObject, state: GroupState) -> frozenset[str]:
         """Seated runner Jobs gone from the cache whose Pods are not: deleted, their Pods still stopping."""
@@ -191,8 +213,8 @@ class GroupPass:
         for phase in Phase:
             self.metrics.runners.labels(group=label, state=phase.value).set(sum(r.phase is phase for r in runners))
 
-    def _status(self, group: GroupObject, spec: RunnerGroupSpec, decided: Plan, state: GroupState) -> dict[str, Any]:
-        return desired_status(
+    async def _write_status(self, group: GroupObject, spec: RunnerGroupSpec, decided: Plan, state: GroupState) -> None:
+        status = desired_status(
             generation=group.generation,
             previous=group.status,
             spec=spec,
@@ -205,30 +227,10 @@ class GroupPass:
             backoff=decided.backoff,
             unlisted=state.unlisted,
             refused=state.refused,
+            create_refused=state.create_refused,
             scope=f"{spec.scope} {spec.target}".strip(),
         )
-
-    async def write_status(self, group: GroupObject, status: dict[str, Any], state: GroupState) -> None:
-        """Write a changed status; while only the counts change, at most once per STATUS_INTERVAL, and not
-        while creates are in flight (up to MAX_DELAY), so a burst of runners does not turn into a burst
-        of status writes ahead of its creates (a wake-up writes the last one)."""
-        previous = pass_fields(group.status)
-        if status == previous:
-            state.status_put_off = 0.0
-            return
-        now = time.monotonic()
-        since = now - state.status_written
-        counts_only = all(status.get(k) == previous.get(k) for k in ("conditions", "observedGeneration", "target"))
-        if counts_only:
-            state.status_put_off = state.status_put_off or now
-            if since < STATUS_INTERVAL:
-                self.wake_at(state, int((self.clock() + STATUS_INTERVAL - since) * 1000))
-                return
-            if self.reports.creating and now - state.status_put_off < MAX_DELAY:
-                self.reports.later(state)
-                return
-        await self.kube.patch_status(group.ref, status)
-        state.status_written, state.status_put_off = time.monotonic(), 0.0
+        await self.reports.write_status(group, status, state, wake_at=self.wake_at, now=self.clock())
 
     async def _creates(
         self,

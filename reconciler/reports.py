@@ -13,14 +13,19 @@ log has every runner created).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from reconciler.kube import Kube
 from reconciler.manifests import GroupRef
+from reconciler.objects import GroupObject
 from reconciler.state import GroupState
+from reconciler.status import pass_fields
 
 MAX_DELAY = 10.0  # seconds an Event or a count-only status write waits at most for the creates
+STATUS_INTERVAL = 1.0  # seconds between status writes that only change counts
 SENDS_IN_FLIGHT = 8  # Events sent at once, between checks for creates in flight
 
 
@@ -59,6 +64,37 @@ class Reports:
         """A group's count-only status write waits for the creates in flight: its next pass comes then."""
         self._later.append(state)
         self._start()
+
+    async def write_status(
+        self,
+        group: GroupObject,
+        status: dict[str, Any],
+        state: GroupState,
+        *,
+        wake_at: Callable[[GroupState, int], None],
+        now: float,
+    ) -> None:
+        """Write a changed status; while only the counts change, at most once per STATUS_INTERVAL, and not
+        while creates are in flight (up to MAX_DELAY), so a burst of runners does not turn into a burst
+        of status writes ahead of its creates (a wake-up writes the last one). `wake_at`: look at the
+        group again then (ms of the clock `now` is read from)."""
+        previous = pass_fields(group.status)
+        if status == previous:
+            state.status_put_off = 0.0
+            return
+        mono = time.monotonic()
+        since = mono - state.status_written
+        counts_only = all(status.get(k) == previous.get(k) for k in ("conditions", "observedGeneration", "target"))
+        if counts_only:
+            state.status_put_off = state.status_put_off or mono
+            if since < STATUS_INTERVAL:
+                wake_at(state, int((now + STATUS_INTERVAL - since) * 1000))
+                return
+            if self.creating and mono - state.status_put_off < MAX_DELAY:
+                self.later(state)
+                return
+        await self.kube.patch_status(group.ref, status)
+        state.status_written, state.status_put_off = time.monotonic(), 0.0
 
     def _start(self) -> None:
         if self._task is None or self._task.done():

@@ -38,3 +38,4 @@ class GroupState:
     unlisted: tuple[str, ...] = ()  # runners kept: no scope the group's API token can list holds their row
     refused: dict[str, str] = field(default_factory=dict)  # Pod-less runner Jobs -> why the API server refused
     refusals_read_ms: int = 0  # when their FailedCreate Events were last read
+    create_refused: str = ""  # why the API server refused the last pass's runner Job creates ("": it did not)

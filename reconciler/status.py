@@ -88,14 +88,17 @@ def _listed(unlisted: Sequence[str], scope: str) -> Condition:
     return Condition("RunnersListed", "False", "NotInScope", message)
 
 
-def _admitted(refused: Mapping[str, str]) -> Condition:
+def _admitted(refused: Mapping[str, str], create_refused: str) -> Condition:
+    if create_refused:
+        message = f"the API server refused to create runner Jobs (their seats are free again): {create_refused}"
+        return Condition("RunnersAdmitted", "False", "JobRefused", message[:1000])
     if not refused:
-        return Condition("RunnerPodsAdmitted", "True", "Admitted", "the API server admits the runner Pods")
+        return Condition("RunnersAdmitted", "True", "Admitted", "the API server admits the runner Jobs and their Pods")
     first = sorted(refused)[0]
     message = (
         f"the API server refuses the Pods of runner Job(s) {', '.join(sorted(refused))}; {first}: {refused[first]}"
     )
-    return Condition("RunnerPodsAdmitted", "False", "PodRefused", message[:1000])
+    return Condition("RunnersAdmitted", "False", "PodRefused", message[:1000])
 
 
 def _ready(spec: RunnerGroupSpec | None, invalid: str, error: str) -> Condition:
@@ -123,12 +126,13 @@ def desired_status(
     error: str = "",
     unlisted: Sequence[str] = (),
     refused: Mapping[str, str] = MappingProxyType({}),
+    create_refused: str = "",
     scope: str = "",
 ) -> dict[str, Any]:
     """The whole status object for this pass (`error`: a permanent error that stopped the group)."""
     stamp, ready = timestamp(now), _ready(spec, invalid, error)
     reach = gitea or Condition("GiteaReachable", "Unknown", "NotPolledYet", "no poll of Gitea has finished yet")
-    health, listed, admitted = _health(backoff, failed), _listed(unlisted, scope), _admitted(refused)
+    health, listed, admitted = _health(backoff, failed), _listed(unlisted, scope), _admitted(refused, create_refused)
     status: dict[str, Any] = {
         "target": spec.target if spec else "",
         "activeRunners": counts.active if counts else 0,

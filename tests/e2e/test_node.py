@@ -517,15 +517,20 @@ def test_a_runner_pod_the_namespaces_pod_security_refuses_is_reported_within_sec
 
     def refused() -> dict[str, Any] | None:
         conds = {c["type"]: c for c in stack.group_status(ns).get("conditions") or []}
-        cond = conds.get("RunnerPodsAdmitted") or {}
+        cond = conds.get("RunnersAdmitted") or {}
         return cond if cond.get("status") == "False" else None
 
     # (the pendingTimeout is 10 minutes: a condition within this wait is the controller reading the refusal)
-    condition = wait_for(refused, timeout=30, what="RunnerPodsAdmitted False")
+    condition = wait_for(refused, timeout=30, what="RunnersAdmitted False")
     assert condition["reason"] == "PodRefused", condition
     assert 'violates PodSecurity "baseline:latest"' in condition["message"], condition["message"]
     assert job["metadata"]["name"] in condition["message"]
     assert not stack.pods(ns), "no runner Pod was admitted"
+    # Deleting the group drains it: the refused runner never registered, so it goes at once.
+    path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/runners"
+    assert api_request(stack.node, "DELETE", path)[0] == 200
+    wait_for(lambda: api_request(stack.node, "GET", path)[0] == 404, timeout=60, what="the group drained")
+    assert not stack.active_runners(ns)
 
 
 def test_a_job_step_can_read_no_registration_token(stack: NodeStack) -> None:

@@ -638,6 +638,14 @@ async def test_a_create_the_api_server_turns_down_for_quota_frees_its_seat_at_on
         seats = f"{{grs}}:seats:{group_obj.uid}"
         # (each retry takes the seat for a moment; a seat kept for the 90 s would never read empty here)
         await eventually(lambda: _none(redis.zcard(seats)), timeout=15)
+
+        # and the group says why no runner starts
+        def admitted() -> dict[str, Any]:
+            return dict(group_status(kube, ns, "quota")["conditions"].get("RunnersAdmitted") or {})
+
+        condition = await eventually(lambda: admitted().get("status") == "False" and admitted())
+        assert condition["reason"] == "JobRefused", condition
+        assert "ResourceQuota exceeded" in condition["message"] and "no-jobs" in condition["message"], condition
     assert runner_jobs(kube, ns) == []
 
 
@@ -875,7 +883,7 @@ async def test_a_runner_pod_the_namespaces_pod_security_refuses_is_reported_with
 ) -> None:
     """The default runner image is privileged; a namespace at Pod Security `baseline` refuses its Pod, so
     the runner Job never gets one. The group says so, with the API server's message, within seconds
-    (not a Pending runner reaped at its `pendingTimeout`): `RunnerPodsAdmitted` False, and an Event."""
+    (not a Pending runner reaped at its `pendingTimeout`): `RunnersAdmitted` False, and an Event."""
     ns = _pss_namespace(kube, "baseline")
     secret = {"metadata": {"name": "gitea"}, "stringData": {"api": API_TOKEN, "reg": REG_TOKEN}}
     assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", secret)[0] == 201
@@ -885,7 +893,7 @@ async def test_a_runner_pod_the_namespaces_pod_security_refuses_is_reported_with
         (job,) = await eventually(lambda: runner_jobs(kube, ns))
 
         def admitted() -> dict[str, Any]:
-            return dict(group_status(kube, ns, "strict")["conditions"].get("RunnerPodsAdmitted") or {})
+            return dict(group_status(kube, ns, "strict")["conditions"].get("RunnersAdmitted") or {})
 
         assert (await eventually(lambda: admitted().get("status") == "True" and admitted()))["reason"] == "Admitted"
         refusal = _refuse_pod_as_the_job_controller_does(kube, ns, job)

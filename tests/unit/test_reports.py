@@ -8,11 +8,9 @@ from typing import Any, cast
 import pytest
 
 from reconciler import reports as reports_module
-from reconciler.apply import GroupPass
 from reconciler.manifests import GroupRef
 from reconciler.objects import GroupObject
 from reconciler.reports import Reports
-from reconciler.settings import Settings
 from reconciler.state import GroupState
 
 A, B = GroupRef("ci", "a", "uid-a"), GroupRef("ci", "b", "uid-b")
@@ -77,27 +75,22 @@ async def test_a_count_only_status_write_waits_for_the_creates_then_its_group_pa
     woken: list[str] = []
     reports, kube, kept = new_reports(lambda: woken.append("round"))
     timers: list[int] = []
-    group_pass = GroupPass(
-        Settings(),
-        kube=cast(Any, kube),
-        coordination=cast(Any, None),
-        rows=cast(Any, None),
-        metrics=cast(Any, None),
-        wake=lambda _state, at_ms: timers.append(at_ms),
-        reports=reports,
-    )
+
+    async def write_status(group: GroupObject, status: dict[str, Any], state: GroupState) -> None:
+        await reports.write_status(group, status, state, wake_at=lambda _s, at_ms: timers.append(at_ms), now=0.0)
+
     status = {"activeRunners": 1, "queuedJobs": 0, "conditions": {}}
     group = GroupObject("ci", "a", "uid-a", 1, {}, {**status, "activeRunners": 0})
     state = GroupState(due=False)
     with reports.creates():
-        await group_pass.write_status(group, status, state)
+        await write_status(group, status, state)
         assert kube.statuses == [] and timers == []  # put off, and no timer per group
         done, _ = await asyncio.wait(kept, timeout=0.2)
         assert not done and not state.due and woken == []
     await asyncio.wait_for(kept[0], 5)
     assert state.due and woken == ["round"]  # no create in flight: the group's next pass may not skip
-    await group_pass.write_status(group, status, state)
+    await write_status(group, status, state)
     assert kube.statuses == [("a", status)]
     with reports.creates():  # a change beyond the counts is written at once, creates or not
-        await group_pass.write_status(group, {**status, "conditions": {"Ready": {"status": "True"}}}, state)
+        await write_status(group, {**status, "conditions": {"Ready": {"status": "True"}}}, state)
     assert len(kube.statuses) == 2
