@@ -25,7 +25,8 @@ def is_dind(image: str) -> bool:
 
 def add_dind_sidecar(pod: dict[str, Any], runner: dict[str, Any], *, image: str) -> None:
     """A privileged dockerd next to the runner, its socket shared: the runner and its job containers
-    stay unprivileged. Whatever the podTemplate put under the same names is replaced."""
+    stay unprivileged. Whatever the podTemplate put under the same names is replaced. The daemon pulls
+    its image as the runner container does (its `imagePullPolicy`, if the podTemplate sets one)."""
     socket = {"name": _DIND_VOLUMES[0], "mountPath": DIND_SOCKET_DIR}
     pod["volumes"] = [v for v in pod.get("volumes") or [] if v.get("name") not in _DIND_VOLUMES] + [
         {"name": name, "emptyDir": {}} for name in _DIND_VOLUMES
@@ -45,6 +46,8 @@ def add_dind_sidecar(pod: dict[str, Any], runner: dict[str, Any], *, image: str)
             "failureThreshold": 120,
         },
     }
+    if runner.get("imagePullPolicy"):  # the podTemplate's pull policy (e.g. Never on a node without a
+        daemon["imagePullPolicy"] = runner["imagePullPolicy"]  # registry) holds for the daemon too
     inits = [c for c in pod.get("initContainers") or [] if c.get("name") != DIND_CONTAINER]
     pod["initContainers"] = [daemon, *inits]
     runner["env"] = [e for e in runner["env"] if e.get("name") != "DOCKER_HOST"] + [

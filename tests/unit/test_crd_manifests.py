@@ -198,6 +198,17 @@ def test_dind_mode_puts_a_privileged_docker_daemon_beside_an_unprivileged_runner
     assert {"name": "dind-storage", "emptyDir": {}} in pod["volumes"], "never the node's own Docker storage"
     plain = build_job(REF, spec(image="docker.io/gitea/act_runner:0.2.13"), name="b-2-x", job_id=2)
     assert [c["name"] for c in plain["spec"]["template"]["spec"]["initContainers"]] == ["register"]
+    assert "imagePullPolicy" not in daemon, "Kubernetes' default for its tag"
+
+
+def test_the_docker_daemon_pulls_its_image_as_the_runner_does() -> None:
+    """A `:latest` dindImage would get `Always` and fail where no registry answers: the podTemplate's
+    pull policy for the runner holds for the daemon too."""
+    template = {"spec": {"containers": [{"name": "runner", "imagePullPolicy": "Never"}]}}
+    s = spec(containerMode="dind", dindImage="localhost/dind:latest", podTemplate=template)
+    pod = build_job(REF, s, name="builders-1-ab12", job_id=1)["spec"]["template"]["spec"]
+    (daemon,) = [c for c in pod["initContainers"] if c["name"] == "dind"]
+    assert daemon["imagePullPolicy"] == "Never" and pod["containers"][0]["imagePullPolicy"] == "Never"
 
 
 def test_a_runner_job_names_its_runner_and_an_earlier_release_s_job_its_own() -> None:
