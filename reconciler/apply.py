@@ -141,7 +141,7 @@ class GroupPass:
         # A runner whose deletion Gitea did not allow still serves its job: it gets no replacement.
         creates = tuple(c for c in decided.create if c.stale_claim not in kept) if ready.wait_until_ms is None else ()
         label = f"{group.namespace}/{group.name}"
-        created, refusal = await self._try_creates(group, spec, creates, ready, label, state)
+        created, refusal = await self._creates(group, spec, creates, ready, label, state=state)
         await self._tend(group, decided, runners, state, label)
         self._gauges(label, spec, decided, runners, created)
         await self._write_status(group, spec, decided, state)
@@ -150,30 +150,6 @@ class GroupPass:
         if not await self.deletions.hold_or_finish(group, spec, jobs):
             self.wake_at(state, now_ms + DRAIN_RECHECK_MS)
         return decided
-
-    async def _try_creates(
-        self,
-        group: GroupObject,
-        spec: RunnerGroupSpec,
-        creates: tuple[Create, ...],
-        ready: Ready,
-        label: str,
-        state: GroupState,
-    ) -> tuple[int, TransientError | None]:
-        """The pass's creates: how many were made, and a refusal before anything was written (a quota, the
-        API server's throttling), kept for the status and returned, not raised (the pass raises it last).
-        While creates of an older seat epoch may still land, none: look again when they cannot."""
-        if ready.wait_until_ms is not None:
-            self.wake_at(state, int(self.clock() * 1000) + max(0, ready.wait_until_ms - ready.now_ms))
-        try:
-            created = await self._creates(group, spec, creates, ready, label, state=state)
-        except TransientError as exc:
-            if not exc.refused:
-                raise
-            state.create_refused = str(exc)
-            return 0, exc
-        state.create_refused = ""
-        return created, None
 
     def _lingering(self, group: GroupObject, state: GroupState) -> frozenset[str]:
         """Seated runner Jobs gone from the cache whose Pods are not: deleted, their Pods still stopping."""
@@ -241,7 +217,12 @@ class GroupPass:
         label: str,
         *,
         state: GroupState,
-    ) -> int:
+    ) -> tuple[int, TransientError | None]:
+        """The pass's creates: how many were made, and a refusal before anything was written (a quota, the
+        API server's throttling), kept for the status and returned, not raised (the pass raises it last).
+        While creates of an older seat epoch may still land, none: look again when they cannot."""
+        if ready.wait_until_ms is not None:
+            self.wake_at(state, int(self.clock() * 1000) + max(0, ready.wait_until_ms - ready.now_ms))
         jobs = self.jobs_of(group)
         taken = state.deleting | self._lingering(group, state)  # not seats alone: see `Seating.name_for`
         names = [self.seating.name_for(group, c, jobs, taken=taken) for c in creates]
@@ -256,6 +237,18 @@ class GroupPass:
             )
         await self.seating.confirm(zip(creates, names, results, strict=True))
         made = [(c, n) for c, n, r in zip(creates, names, results, strict=True) if r == "created"]
+        self._made(group, label, made)
+        refused = [r for r in results if isinstance(r, TransientError) and r.refused]
+        for refusal in refused:
+            self.metrics.creates_refused.labels(group=label, reason=refusal.refused).inc()
+        for r in results:
+            if isinstance(r, BaseException) and r not in refused:
+                raise r
+        state.create_refused = str(refused[0]) if refused else ""
+        return len(made), (refused[0] if refused else None)
+
+    def _made(self, group: GroupObject, label: str, made: list[tuple[Create, str]]) -> None:
+        """Count, log and report (one Event, later) the runners a pass created."""
         for c, name in made:
             self.metrics.runners_created.labels(group=label, reason="queued" if c.job_id else "warm").inc()
             if c.queued_ms:
@@ -263,13 +256,6 @@ class GroupPass:
             log.info("runner created", extra={"group": group.name, "job": name, "gitea_job_id": c.job_id})
         if made:
             self.reports.created(group.ref, [str(c.job_id) if c.job_id is not None else "warm" for c, _ in made])
-        for r in results:
-            if isinstance(r, TransientError) and r.refused:
-                self.metrics.creates_refused.labels(group=label, reason=r.refused).inc()
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
-        return len(made)
 
     async def _tend(
         self, group: GroupObject, decided: Plan, runners: list[Runner], state: GroupState, label: str
