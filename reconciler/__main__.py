@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import ssl
 import sys
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -15,6 +18,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from reconciler.controller import Controller
+from reconciler.egress import Egress
 from reconciler.giteaapi import GiteaClient
 from reconciler.kube import Kube, api_client
 from reconciler.metrics import Metrics
@@ -69,8 +73,32 @@ def _store(settings: Settings) -> tuple[Redis | RedisCluster, JobStore]:
     return redis, JobStore(store_client(redis), prefix=settings.redis_prefix, ttls=ttls)
 
 
+def egress(settings: Settings) -> tuple[Egress, ssl.SSLContext]:
+    """How the reconciler and its runners reach Gitea: `GRS_GITEA_CA_FILE` (trusted besides the system's
+    CAs) and this process's proxy variables. A CA file that cannot be read or holds no certificate
+    stops the start with a clear message."""
+    context = ssl.create_default_context()
+    pem = ""
+    if settings.gitea_ca_file:
+        reason = ""
+        try:
+            pem = Path(settings.gitea_ca_file).read_text()
+            context.load_verify_locations(cadata=pem)
+        except ssl.SSLError:
+            reason = "no PEM certificate in it"
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+        except ValueError:  # not text
+            reason = "no PEM certificate in it"
+        if reason:
+            print(f"reconciler: GRS_GITEA_CA_FILE={settings.gitea_ca_file}: {reason}", file=sys.stderr)
+            raise SystemExit(2)
+    return Egress.of(ca_pem=pem, environ=os.environ), context
+
+
 async def serve(settings: Settings) -> None:
     """Run the controller and its health server until SIGTERM or SIGINT."""
+    way_out, context = egress(settings)
     try:
         api = await api_client(settings.kubeconfig)
     except Exception as exc:
@@ -79,14 +107,16 @@ async def serve(settings: Settings) -> None:
     redis, store = _store(settings)
     registry = CollectorRegistry()
     metrics = Metrics.create(registry)
-    async with aiohttp.ClientSession() as session:
+    # trust_env: the calls to Gitea go through HTTP_PROXY / HTTPS_PROXY unless NO_PROXY says not.
+    connector = aiohttp.TCPConnector(ssl=context)
+    async with aiohttp.ClientSession(connector=connector, trust_env=True) as session:
         gitea = GiteaClient(
             session,
             timeout=settings.gitea_timeout,
             on_request=lambda endpoint, outcome: metrics.gitea_requests.labels(endpoint, outcome).inc(),
         )
         kube = Kube(api, namespaces=settings.namespaces)
-        controller = Controller(settings, kube=kube, store=store, gitea=gitea, metrics=metrics)
+        controller = Controller(settings, kube=kube, store=store, gitea=gitea, metrics=metrics, egress=way_out)
         runner = web.AppRunner(health_app(controller, registry), access_log=None)
         await runner.setup()
         await web.TCPSite(runner, settings.listen_host, settings.listen_port).start()

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from reconciler.admission import Admission
 from reconciler.deletions import Deletions
 from reconciler.disruption import Budgets, report_failures
+from reconciler.egress import DIRECT, Egress
 from reconciler.gitea_runners import RunnerRows
 from reconciler.kube import Kube, TransientError
 from reconciler.manifests import template_hash
@@ -57,6 +58,7 @@ class GroupPass:
         wake: Callable[[GroupState, int], None],
         reports: Reports,
         clock: Callable[[], float] = time.time,
+        egress: Egress = DIRECT,
     ) -> None:
         self.settings = settings
         self.reports = reports
@@ -67,7 +69,9 @@ class GroupPass:
         self.wake_at = wake  # look at the group again at this time (ms of `clock`)
         self.clock = clock
         self.create_slots = asyncio.Semaphore(settings.create_concurrency)  # shared by every group's pass
-        self.seating = Seating(coordination, kube, claim_ttl_s=settings.claim_ttl, replica=settings.replica_id)
+        self.seating = Seating(
+            coordination, kube, claim_ttl_s=settings.claim_ttl, replica=settings.replica_id, egress=egress
+        )
         self.deletions = Deletions(kube=kube, coordination=coordination, rows=rows, metrics=metrics)
         self.budgets, self.admission = Budgets(kube), Admission(kube)
         self.facts_window_ms = int((2 * settings.poll_interval + 10) * 1000)
@@ -132,7 +136,7 @@ class GroupPass:
         # The queue was read before this pass; a job a runner took since is busy in `activity`, not waiting.
         still = [q for q in queued if q.job_id in activity.queued]
         total = (len(queued) if total < 0 else total) - (len(queued) - len(still))
-        runners = self.runners(group, activity, template=template_hash(spec), asked=asked)
+        runners = self.runners(group, activity, template=template_hash(spec, self.seating.egress), asked=asked)
         now_ms = int(self.clock() * 1000)
         decided = self._plan(spec, still, total, runners, ready.in_flight, now_ms, draining=group.deleting)
         if decided.wake_at_ms is not None:

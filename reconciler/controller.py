@@ -19,6 +19,7 @@ from typing import Any
 from reconciler.apply import GroupPass
 from reconciler.assign import CachedIndex
 from reconciler.demand import NONE, Demand
+from reconciler.egress import DIRECT, Egress
 from reconciler.errors import kind_of
 from reconciler.gitea_runners import RunnerRows
 from reconciler.giteaapi import GiteaClient
@@ -54,6 +55,7 @@ class Controller:
         gitea: GiteaClient,
         metrics: Metrics,
         clock: Callable[[], float] = time.time,
+        egress: Egress = DIRECT,
     ) -> None:
         self.settings = settings
         self.kube = kube
@@ -74,6 +76,7 @@ class Controller:
             wake=self._wake_at,
             reports=Reports(kube, self._keep, self.wake.set),
             clock=clock,
+            egress=egress,
         )
         self.scheduler = self._scheduler()
         self.state = self.scheduler.state

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.spec import FLAT_REF_MESSAGE, GITEA_URL_MESSAGE, OPTIONAL_REF_MESSAGE, REPO_MESSAGE, RunnerGroupSpec
+from reconciler.spec import (
+    DIND_ARGS_MESSAGE,
+    FLAT_REF_MESSAGE,
+    GITEA_URL_MESSAGE,
+    OPTIONAL_REF_MESSAGE,
+    REPO_MESSAGE,
+    RunnerGroupSpec,
+)
 
 GROUP = "gitea.bpg.pw"
 VERSION = "v1alpha1"
@@ -32,6 +39,13 @@ _CEL_RULES = [
     {
         "rule": "!has(self.minIdleRunners) || self.minIdleRunners <= self.maxActiveRunners",
         "message": "minIdleRunners must not exceed maxActiveRunners",
+    },
+    {
+        "rule": (
+            "!has(self.dindArgs) || size(self.dindArgs) == 0 || (has(self.containerMode) && "
+            "self.containerMode == 'dind' && self.dindArgs.all(a, a != '--host' && !a.startsWith('--host=')))"
+        ),
+        "message": DIND_ARGS_MESSAGE,
     },
 ]
 
@@ -104,6 +118,7 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         ("maximum", "maximum"),
         ("minLength", "minLength"),
         ("maxLength", "maxLength"),
+        ("maxItems", "maxItems"),
         ("pattern", "pattern"),
     ):
         if key in schema and schema[key] is not None:

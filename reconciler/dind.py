@@ -14,6 +14,9 @@ from typing import Any
 DIND_CONTAINER = "dind"
 DIND_SOCKET_DIR = "/run/dind"
 DOCKER_HOST = f"unix://{DIND_SOCKET_DIR}/docker.sock"
+# The daemon also listens at Docker's usual path in its own filesystem: a job step's `docker run -v
+# /var/run/docker.sock:/var/run/docker.sock` names a path on the daemon's side, which then exists.
+LOCAL_DOCKER_HOST = "unix:///var/run/docker.sock"
 _DIND_VOLUMES = ("dind-socket", "dind-storage")
 
 
@@ -23,10 +26,14 @@ def is_dind(image: str) -> bool:
     return "dind" in tag
 
 
-def add_dind_sidecar(pod: dict[str, Any], runner: dict[str, Any], *, image: str) -> None:
+def add_dind_sidecar(
+    pod: dict[str, Any], runner: dict[str, Any], *, image: str, args: list[str], env: list[dict[str, Any]]
+) -> None:
     """A privileged dockerd next to the runner, its socket shared: the runner and its job containers
-    stay unprivileged. Whatever the podTemplate put under the same names is replaced. The daemon pulls
-    its image as the runner container does (its `imagePullPolicy`, if the podTemplate sets one)."""
+    stay unprivileged. `args` are the group's own dockerd flags (`dindArgs`: mirrors, registries, MTU),
+    `env` its proxy variables (it pulls through them).
+    Whatever the podTemplate put under the same names is replaced. The daemon pulls its image as the
+    runner container does (its `imagePullPolicy`, if the podTemplate sets one)."""
     socket = {"name": _DIND_VOLUMES[0], "mountPath": DIND_SOCKET_DIR}
     pod["volumes"] = [v for v in pod.get("volumes") or [] if v.get("name") not in _DIND_VOLUMES] + [
         {"name": name, "emptyDir": {}} for name in _DIND_VOLUMES
@@ -35,8 +42,8 @@ def add_dind_sidecar(pod: dict[str, Any], runner: dict[str, Any], *, image: str)
         "name": DIND_CONTAINER,
         "image": image,
         "restartPolicy": "Always",  # a native sidecar: started first, stopped after the runner exits
-        "args": ["dockerd", f"--host={DOCKER_HOST}"],
-        "env": [{"name": "DOCKER_TLS_CERTDIR", "value": ""}],
+        "args": ["dockerd", f"--host={DOCKER_HOST}", f"--host={LOCAL_DOCKER_HOST}", *args],
+        "env": [{"name": "DOCKER_TLS_CERTDIR", "value": ""}, *env],
         "securityContext": {"privileged": True},
         "volumeMounts": [socket, {"name": _DIND_VOLUMES[1], "mountPath": "/var/lib/docker"}],
         # The runner starts once the daemon answers, so its first job never finds Docker missing.

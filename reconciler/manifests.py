@@ -24,6 +24,7 @@ from typing import Any
 
 from reconciler.crd import API_VERSION, KIND
 from reconciler.dind import add_dind_sidecar, is_dind
+from reconciler.egress import DIRECT, WRITE_CA, Egress, owned_names
 from reconciler.labels import effective_labels
 from reconciler.names import runner_name
 from reconciler.spec import RunnerGroupSpec
@@ -49,6 +50,7 @@ _SHAPING = {
     "image",
     "container_mode",
     "dind_image",
+    "dind_args",
     "pod_template",
     "ttl_seconds_after_finished",
     "active_deadline_seconds",
@@ -77,13 +79,16 @@ _OWNED_ENV = (
 # timeout). It registers once with the image's runner binary (act_runner up to 0.x, gitea-runner from
 # 1.0), prints why it failed as its last line (the Pod's termination message, which the group's status
 # reports), and never prints the token.
-REGISTER_SCRIPT = r"""set -u
+REGISTER_SCRIPT = (
+    r"""set -u
 runner=$(command -v act_runner || command -v gitea-runner) || {
   echo "registration failed: the image has neither act_runner nor gitea-runner on its PATH"
   exit 1
 }
 cd "$GRS_STATE_DIR" || exit 1
-state="${RUNNER_STATE_FILE:-.runner}"
+"""
+    + WRITE_CA
+    + r"""state="${RUNNER_STATE_FILE:-.runner}"
 rm -f "$state"
 set -- register --no-interactive --ephemeral --instance "$GITEA_INSTANCE_URL" --name "$GITEA_RUNNER_NAME"
 [ -z "$GITEA_RUNNER_LABELS" ] || set -- "$@" --labels "$GITEA_RUNNER_LABELS"
@@ -109,6 +114,7 @@ else
 fi
 exit 1
 """
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +146,9 @@ def runner_env(spec: RunnerGroupSpec, *, name: str) -> list[dict[str, Any]]:
     ]
 
 
-def _register_container(spec: RunnerGroupSpec, runner: dict[str, Any], *, name: str) -> dict[str, Any]:
+def _register_container(spec: RunnerGroupSpec, runner: dict[str, Any], *, name: str, egress: Egress) -> dict[str, Any]:
     """The init container that registers the runner: the runner's image, its `CONFIG_FILE` and
-    security context, and the only place the registration token is."""
+    security context, the way out to Gitea (`egress`), and the only place the registration token is."""
     token = spec.registration_token.secret_ref
     config = [e for e in runner.get("env") or [] if e.get("name") in ("CONFIG_FILE", "RUNNER_STATE_FILE")]
     container: dict[str, Any] = {
@@ -158,6 +164,7 @@ def _register_container(spec: RunnerGroupSpec, runner: dict[str, Any], *, name: 
             {"name": "GRS_STATE_DIR", "value": STATE_DIR},
             {"name": "GRS_REGISTER_TIMEOUT", "value": str(REGISTER_TIMEOUT)},
             *config,
+            *egress.register_env(STATE_DIR),
         ],
         "volumeMounts": [{"name": STATE_VOLUME, "mountPath": STATE_DIR}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -187,13 +194,14 @@ def build_job(
     job_id: int | None,
     queued_ms: int | None = None,
     runner: str | None = None,
+    egress: Egress = DIRECT,
 ) -> dict[str, Any]:
     """The runner Job for one queued Gitea job (`job_id`), or a warm runner (`job_id=None`); its runner
-    registers as `runner` (default: a new name, see `names.runner_name`)."""
+    registers as `runner` (default: a new name, see `names.runner_name`) and reaches Gitea by `egress`."""
     labels = {GROUP_LABEL: group.name, MANAGED_BY_LABEL: MANAGED_BY}
     runner = runner or runner_name(name)
-    template = _pod_template(spec, name=runner, labels=labels)
-    annotations = {TEMPLATE_ANNOTATION: template_hash(spec), REGISTERED_ANNOTATION: spec.registered_at}
+    template = _pod_template(spec, name=runner, labels=labels, egress=egress)
+    annotations = {TEMPLATE_ANNOTATION: template_hash(spec, egress), REGISTERED_ANNOTATION: spec.registered_at}
     annotations[RUNNER_ANNOTATION] = runner
     if job_id is not None:
         annotations[JOB_ID_ANNOTATION] = str(job_id)
@@ -220,9 +228,9 @@ def build_job(
     }
 
 
-def template_hash(spec: RunnerGroupSpec) -> str:
-    """A short digest of the spec fields its runners are made from."""
-    shaping = json.dumps(spec.model_dump(mode="json", include=_SHAPING), sort_keys=True)
+def template_hash(spec: RunnerGroupSpec, egress: Egress = DIRECT) -> str:
+    """A short digest of the spec fields its runners are made from, and of their `egress` (if any)."""
+    shaping = json.dumps(spec.model_dump(mode="json", include=_SHAPING), sort_keys=True) + egress.digest
     return hashlib.sha256(shaping.encode()).hexdigest()[:16]
 
 
@@ -238,7 +246,7 @@ def _owner_reference(group: GroupRef) -> dict[str, Any]:
     }
 
 
-def _pod_template(spec: RunnerGroupSpec, *, name: str, labels: dict[str, str]) -> dict[str, Any]:
+def _pod_template(spec: RunnerGroupSpec, *, name: str, labels: dict[str, str], egress: Egress) -> dict[str, Any]:
     """The group's `podTemplate` under the controller's invariants: the runner container's image and
     env, the register init container, the state volume, and no service-account token."""
     template: dict[str, Any] = copy.deepcopy(spec.pod_template or {})
@@ -250,8 +258,11 @@ def _pod_template(spec: RunnerGroupSpec, *, name: str, labels: dict[str, str]) -
     container = _runner_container(pod)
     container["image"] = spec.image
     user_env = [e for e in container.get("env") or [] if e.get("name") not in _OWNED_ENV]
-    container["env"] = runner_env(spec, name=name) + user_env
-    register = _register_container(spec, container, name=name)
+    # The way out to Gitea, unless the podTemplate sets a variable of it itself.
+    mine = {e.get("name") for e in user_env} & owned_names(egress, STATE_DIR)
+    out = [e for e in egress.ca_env(STATE_DIR) + egress.proxy_env() if e["name"] not in mine]
+    container["env"] = runner_env(spec, name=name) + out + user_env
+    register = _register_container(spec, container, name=name, egress=egress)
     _add_state_volume(pod, container)
     # Nothing else in the Pod may see the register container's processes (and its token argument).
     pod["shareProcessNamespace"] = False
@@ -261,7 +272,7 @@ def _pod_template(spec: RunnerGroupSpec, *, name: str, labels: dict[str, str]) -
     if is_dind(spec.image) and "securityContext" not in container:
         container["securityContext"] = {"privileged": True}
     if spec.container_mode == "dind":
-        add_dind_sidecar(pod, container, image=spec.dind_image)
+        add_dind_sidecar(pod, container, image=spec.dind_image, args=spec.dind_args, env=egress.proxy_env())
     # Registered last, after the podTemplate's own init containers: a Pod that fails before it
     # registers leaves no runner row in Gitea.
     inits = [c for c in pod.get("initContainers") or [] if c.get("name") != REGISTER_CONTAINER]

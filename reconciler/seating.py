@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from reconciler.egress import DIRECT, Egress
 from reconciler.kube import Kube, PermanentError, TransientError
 from reconciler.manifests import build_job
 from reconciler.names import job_name, runner_retry, runner_suffix
@@ -52,8 +53,11 @@ class Ready:
 class Seating:
     """Seats and creates for the groups of one controller."""
 
-    def __init__(self, coordination: Coordination, kube: Kube, *, claim_ttl_s: float, replica: str = "") -> None:
+    def __init__(
+        self, coordination: Coordination, kube: Kube, *, claim_ttl_s: float, replica: str = "", egress: Egress = DIRECT
+    ) -> None:
         self.coordination = coordination
+        self.egress = egress  # how its runners reach Gitea
         self.kube = kube
         self.claim_ttl_ms = int(claim_ttl_s * 1000)
         self.taker = f"{replica or 'reconciler'}/{uuid.uuid4().hex[:12]}"  # this process, for its seats
@@ -168,7 +172,7 @@ class Seating:
         if taken != "granted":
             return taken  # nothing was taken
         try:
-            body = build_job(group.ref, spec, name=name, job_id=c.job_id, queued_ms=c.queued_ms)
+            body = build_job(group.ref, spec, name=name, job_id=c.job_id, queued_ms=c.queued_ms, egress=self.egress)
             late = time.monotonic() - started > CREATE_DEADLINE_S
             outcome = "late" if late else "created" if await self.kube.create_job(body) else "exists"
         except PermanentError:

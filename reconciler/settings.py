@@ -28,6 +28,13 @@ class Settings(RedisSettings):
     poll_jitter: float = Field(0.2, ge=0, le=1, description="Random fraction added to or taken from each interval.")
     poll_backoff_max: float = Field(300.0, ge=1, description="Longest wait after repeated poll errors.")
     gitea_timeout: float = Field(10.0, gt=0, description="Seconds before a Gitea API call counts as failed.")
+    gitea_ca_file: str | None = Field(
+        None,
+        description=(
+            "PEM file of CA certificates to trust for Gitea, besides the system's: for the reconciler's calls, "
+            "and given to every runner for its registration, fetches and clones."
+        ),
+    )
     claim_ttl: float = Field(
         300.0, ge=5, description="Seconds a job's claim lasts once its runner Job exists; then a runner is retried."
     )

@@ -8,9 +8,9 @@ the CustomResourceDefinition from this model). Must not do I/O.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 DEFAULT_IMAGE = "docker.io/gitea/act_runner:0.2.13-dind-rootless"
 DEFAULT_DIND_IMAGE = "docker.io/library/docker:28-dind"
@@ -23,6 +23,10 @@ GITEA_URL_MESSAGE = "set spec.gitea.url, or spec.giteaURL as gitea-runner-operat
 REPO_MESSAGE = "spec.repo is owner/name, or a bare name with spec.org or spec.user as its owner"
 FLAT_REF_MESSAGE = "give secretRef {name, key}, or name and key alone as gitea-runner-operator did"
 OPTIONAL_REF_MESSAGE = "a token's Secret cannot be optional: remove optional"
+DIND_ARGS_MESSAGE = "spec.dindArgs needs containerMode dind, and cannot set --host (the controller owns the sockets)"
+
+# One dockerd flag, `--name` or `--name=value` (e.g. --registry-mirror=https://mirror.example.com).
+DockerdArg = Annotated[str, StringConstraints(pattern=r"^--[a-z][a-z0-9-]*(=.*)?$", max_length=1024)]
 
 
 def parse_duration(text: str) -> int:
@@ -32,6 +36,10 @@ def parse_duration(text: str) -> int:
         raise ValueError(f"not a duration like 90s, 10m or 1h30m: {text!r}")
     h, m, s = (int(g) if g else 0 for g in match.groups())
     return h * 3600 + m * 60 + s
+
+
+def _sets_host(arg: str) -> bool:
+    return arg == "--host" or arg.startswith("--host=")
 
 
 class _Spec(BaseModel):
@@ -123,6 +131,15 @@ class RunnerGroupSpec(_Spec):
     dind_image: str = Field(
         DEFAULT_DIND_IMAGE, alias="dindImage", min_length=1, description="Image of the Docker daemon sidecar."
     )
+    dind_args: list[DockerdArg] = Field(
+        default_factory=list,
+        alias="dindArgs",
+        max_length=64,
+        description=(
+            "More dockerd flags for the Docker daemon sidecar (containerMode dind), e.g. "
+            "--registry-mirror=https://mirror.example.com, --insecure-registry=registry.internal:5000, --mtu=1400."
+        ),
+    )
     pod_template: dict[str, Any] | None = Field(
         None,
         alias="podTemplate",
@@ -171,6 +188,8 @@ class RunnerGroupSpec(_Spec):
         if self.min_idle_runners > self.max_active_runners:
             raise ValueError("minIdleRunners must not exceed maxActiveRunners")
         parse_duration(self.pending_timeout)
+        if self.dind_args and (self.container_mode != "dind" or any(_sets_host(a) for a in self.dind_args)):
+            raise ValueError(DIND_ARGS_MESSAGE)
         return self
 
     @property

@@ -63,6 +63,13 @@ REFUSED = [
         "name and key alone",
         id="flat-and-secret-ref",
     ),
+    pytest.param({"dindArgs": ["--mtu=1400"]}, "needs containerMode dind", id="dind-args-without-dind"),
+    pytest.param(
+        {"containerMode": "dind", "dindArgs": ["--host=tcp://0.0.0.0:2375"]},
+        "cannot set --host",
+        id="dind-args-host",
+    ),
+    pytest.param({"containerMode": "dind", "dindArgs": ["-H", "x"]}, "dindArgs", id="dind-args-not-a-flag"),
 ]
 
 

@@ -41,6 +41,7 @@ CHART = ROOT / "deploy" / "helm" / "gitea-runner-scaler"
 KUBE_VERSION = "1.36.3"
 RELEASE = "grs"
 VALUES = sorted((CHART / "ci").glob("*.yaml"))
+RECONCILER = f"{RELEASE}-gitea-runner-scaler-reconciler"  # its Deployment
 
 
 def helm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -180,6 +181,27 @@ def test_numbers_render_as_the_settings_parser_reads_them() -> None:
     for doc in [*docs.values(), *defaults.values()]:
         for name, value in _env(doc).items():
             assert "e+" not in value, (name, value)
+
+
+def _is_reconciler(doc: dict[str, Any]) -> bool:
+    return bool(doc["kind"] == "Deployment" and doc["metadata"]["name"] == RECONCILER)
+
+
+def test_the_gitea_ca_and_the_proxy_reach_the_reconciler() -> None:
+    (doc,) = [d for d in render("ci", CHART / "ci" / "full-values.yaml") if _is_reconciler(d)]
+    pod = doc["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = _env(doc)
+    assert env["GRS_GITEA_CA_FILE"] == "/etc/gitea-runner-scaler/gitea-ca/ca-bundle.pem"
+    assert env["HTTPS_PROXY"] == "http://proxy.example.com:3128" and env["NO_PROXY"].startswith(".svc,")
+    assert "HTTP_PROXY" not in env, "an empty value sets nothing"
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["gitea-ca"]["mountPath"] == "/etc/gitea-runner-scaler/gitea-ca" and "scratch" in mounts
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["gitea-ca"]["configMap"]["name"] == "internal-ca" and "scratch" in volumes
+    (default,) = [d for d in render("ci") if _is_reconciler(d)]
+    assert not {"GRS_GITEA_CA_FILE", "HTTPS_PROXY"} & set(_env(default))
+    assert "volumes" not in default["spec"]["template"]["spec"]
 
 
 def test_pod_values_reach_every_pod_and_drains_are_never_blocked() -> None:

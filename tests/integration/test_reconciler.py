@@ -181,6 +181,12 @@ def test_invalid_runnergroups_are_rejected_by_the_api_server(
     assert message in answer["message"]
 
 
+def test_a_docker_group_with_daemon_flags_is_admitted(kube: KubeCluster) -> None:
+    flags = ["--registry-mirror=https://mirror.example.com", "--mtu=1400", "--debug"]
+    body = create_group(kube, namespace(kube), "docker", containerMode="dind", dindArgs=flags)
+    assert body["spec"]["dindArgs"] == flags
+
+
 def test_valid_runnergroup_gets_defaults(kube: KubeCluster) -> None:
     ns = namespace(kube)
     body = create_group(kube, ns, "ok")

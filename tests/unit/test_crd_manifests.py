@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -13,9 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from reconciler import manifests
 from reconciler.crd import crd
 from reconciler.dind import is_dind
-from reconciler.manifests import JOB_ID_ANNOTATION, GroupRef, build_job
+from reconciler.egress import DIRECT, Egress
+from reconciler.manifests import JOB_ID_ANNOTATION, GroupRef, build_job, template_hash
 from reconciler.names import job_name, job_of_runner
 from reconciler.objects import job_from
 from reconciler.spec import RunnerGroupSpec, parse_duration
@@ -211,6 +214,23 @@ def test_the_docker_daemon_pulls_its_image_as_the_runner_does() -> None:
     assert daemon["imagePullPolicy"] == "Never" and pod["containers"][0]["imagePullPolicy"] == "Never"
 
 
+def test_the_docker_daemon_takes_the_groups_flags_and_serves_the_usual_socket_path_too() -> None:
+    """`dindArgs` reach dockerd after the controller's own sockets; the second socket, at Docker's
+    usual path on the daemon's side, is what a step's `-v /var/run/docker.sock:...` mounts."""
+    flags = ["--registry-mirror=https://mirror.example.com", "--insecure-registry=10.0.0.5:5000", "--mtu=1400"]
+    s = spec(containerMode="dind", dindArgs=flags)
+    pod = build_job(REF, s, name="builders-1-ab12", job_id=1)["spec"]["template"]["spec"]
+    (daemon,) = [c for c in pod["initContainers"] if c["name"] == "dind"]
+    assert daemon["args"] == [
+        "dockerd",
+        "--host=unix:///run/dind/docker.sock",
+        "--host=unix:///var/run/docker.sock",
+        *flags,
+    ]
+    assert template_hash(s) != template_hash(spec(containerMode="dind", dindArgs=flags[:1])), "new flags, new runners"
+    assert "dindArgs" in crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+
+
 def test_a_runner_job_names_its_runner_and_an_earlier_release_s_job_its_own() -> None:
     """What Gitea calls a runner: the name its Job records; a Job without one (made by an earlier
     release) registered under the Job's own name. Either way the Job's name is what precedes the tag."""
@@ -219,3 +239,39 @@ def test_a_runner_job_names_its_runner_and_an_earlier_release_s_job_its_own() ->
     assert tagged.runner == "builders-7-0.1f2e3d4c" and job_of_runner(tagged.runner) == "builders-7-0"
     bare = job_from({"metadata": meta})
     assert bare.runner == "builders-7-0" and job_of_runner(bare.runner) == "builders-7-0"
+
+
+def test_runners_reach_gitea_through_the_given_proxies_and_trust_the_given_ca() -> None:
+    """`Egress`: the proxies reach every container that talks out (the daemon pulls through them); the
+    CA certificates reach only the register step, which writes them where the runner's clients look."""
+    ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"
+    egress = Egress.of(ca_pem=ca, environ={"https_proxy": "http://proxy:3128", "NO_PROXY": ".svc,10.0.0.0/8"})
+    template = {"spec": {"containers": [{"name": "runner", "env": [{"name": "NO_PROXY", "value": "mine"}]}]}}
+    s = spec(containerMode="dind", podTemplate=template)
+    job = build_job(REF, s, name="builders-1-ab12", job_id=1, egress=egress)
+    pod = job["spec"]["template"]["spec"]
+    runner, (daemon, register) = pod["containers"][0], pod["initContainers"]
+
+    def env(container: dict[str, Any]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for e in container["env"]:
+            out.setdefault(e["name"], []).append(e.get("value", ""))
+        return out
+
+    mine = env(runner)
+    assert mine["HTTPS_PROXY"] == mine["https_proxy"] == ["http://proxy:3128"]
+    assert mine["NO_PROXY"] == ["mine"], "the podTemplate's own value wins"
+    assert mine["SSL_CERT_FILE"] == mine["GIT_SSL_CAINFO"] == ["/data/.ca/ca-certificates.crt"]
+    assert mine["NODE_EXTRA_CA_CERTS"] == ["/data/.ca/extra-ca.crt"]
+    assert env(register)["GRS_CA_CERTS"] == [ca] and env(register)["SSL_CERT_FILE"] == mine["SSL_CERT_FILE"]
+    assert env(daemon)["HTTPS_PROXY"] == ["http://proxy:3128"] and "SSL_CERT_FILE" not in env(daemon)
+    assert ca not in json.dumps([runner, daemon]), "the certificates travel to the register step only"
+    assert job["metadata"]["annotations"]["gitea.bpg.pw/template-hash"] == template_hash(s, egress)
+    assert template_hash(s, egress) != template_hash(s), "another CA or proxy replaces warm runners"
+    # Without any, the hash is what an earlier release wrote: an upgrade replaces no runner.
+    shaping = json.dumps(s.model_dump(mode="json", include=manifests._SHAPING), sort_keys=True)
+    assert template_hash(s, DIRECT) == hashlib.sha256(shaping.encode()).hexdigest()[:16]
+    plain = build_job(REF, s, name="builders-1-ab12", job_id=1)["spec"]["template"]["spec"]
+    assert not {"SSL_CERT_FILE", "HTTPS_PROXY", "GRS_CA_CERTS"} & {
+        e["name"] for c in plain["containers"] + plain["initContainers"] for e in c["env"]
+    }

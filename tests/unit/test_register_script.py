@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.egress import DIRECT, Egress
 from reconciler.manifests import REGISTER_SCRIPT
 
 TOKEN = "registration-token-0123456789abcdef0123"
@@ -23,11 +24,20 @@ FAKES = {
     "runner registration token not found'\nexit 1\n",
     "hangs": "echo 'Cannot ping the Gitea instance server'\nexec sleep 60\n",
     "silent": "exit 0\n",
+    # registers only if the CA bundle its TLS client is pointed at holds the test CA
+    "tls": 'grep -q "grs test ca" "$SSL_CERT_FILE" || { echo "x509: certificate signed by unknown authority"\n'
+    "exit 1; }\n"
+    'echo "INFO Runner registered successfully."\necho "{}" > .runner\n',
 }
 
 
 def run(
-    tmp_path: Path, behaviour: str, *, timeout: int = 30, binary: str = "act_runner"
+    tmp_path: Path,
+    behaviour: str,
+    *,
+    timeout: int = 30,
+    binary: str = "act_runner",
+    egress: Egress = DIRECT,
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     """Run the script with a stand-in `binary` (act_runner 0.x's name; 1.x's is gitea-runner; "": none)
     on a PATH of nothing else but the tools the script uses."""
@@ -38,7 +48,7 @@ def run(
         fake = bin_dir / binary
         fake.write_text("#!/bin/sh\nprev=\n" + FAKES[behaviour])
         fake.chmod(0o755)
-    for tool in ("timeout", "cat", "rm", "grep", "sleep"):
+    for tool in ("timeout", "cat", "rm", "grep", "sleep", "mkdir"):
         (bin_dir / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
     env = {
         "PATH": str(bin_dir),
@@ -48,6 +58,7 @@ def run(
         "GITEA_RUNNER_NAME": "builders-7-ab12",
         "GITEA_RUNNER_LABELS": "k8s",
         "GITEA_RUNNER_REGISTRATION_TOKEN": TOKEN,
+        **{e["name"]: e["value"] for e in egress.register_env(str(state))},
     }
     done = subprocess.run(["/bin/sh", "-c", REGISTER_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
     return done, state
@@ -86,3 +97,23 @@ def test_an_image_without_either_runner_binary_fails_saying_so(tmp_path: Path) -
     done, _ = run(tmp_path, "ok", binary="")
     assert done.returncode == 1, done
     assert last_line(done) == "registration failed: the image has neither act_runner nor gitea-runner on its PATH"
+
+
+CA = "-----BEGIN CERTIFICATE-----\ngrs test ca\n-----END CERTIFICATE-----"
+
+
+def test_the_ca_certificates_are_in_the_bundle_the_runner_trusts_before_it_registers(tmp_path: Path) -> None:
+    """The image's own bundle, then ours: public CAs keep working, and Gitea's CA is trusted."""
+    done, state = run(tmp_path, "tls", egress=Egress(ca_pem=CA))
+    assert done.returncode == 0, done
+    bundle = (state / ".ca" / "ca-certificates.crt").read_text()
+    system = Path("/etc/ssl/certs/ca-certificates.crt")
+    assert bundle.endswith(CA + "\n") and (not system.is_file() or bundle.startswith(system.read_text()))
+    assert (state / ".ca" / "extra-ca.crt").read_text() == CA + "\n"
+
+
+def test_without_the_ca_the_same_registration_is_refused(tmp_path: Path) -> None:
+    """The stand-in above does check: with no CA given, it refuses as act_runner would."""
+    done, _ = run(tmp_path, "tls", egress=Egress(proxy=(("HTTPS_PROXY", "http://proxy.invalid:3128"),)))
+    assert done.returncode == 1, done
+    assert "x509" in done.stdout

@@ -1,0 +1,43 @@
+"""How the reconciler reaches Gitea: the CA file it is given (`GRS_GITEA_CA_FILE`) and its proxies."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import pytest
+
+from reconciler.__main__ import egress
+from reconciler.egress import Egress
+from reconciler.settings import Settings
+from tests.node.pki import Authority
+
+
+def test_the_ca_file_is_trusted_besides_the_systems_and_given_to_runners(tmp_path: Path) -> None:
+    ca = Authority(tmp_path / "pki").ca.cert
+    way_out, context = egress(Settings(gitea_ca_file=str(ca)))
+    assert way_out.ca_pem == ca.read_text().strip()
+    subjects = [rdn[0][1] for c in context.get_ca_certs() for rdn in c["subject"] if rdn[0][0] == "commonName"]
+    assert "grs-test-ca" in subjects
+    assert context.verify_mode is ssl.CERT_REQUIRED and context.check_hostname
+
+
+@pytest.mark.parametrize(
+    ("content", "said"), [(None, "No such file or directory"), ("not a certificate\n", "no PEM certificate in it")]
+)
+def test_a_ca_file_that_cannot_serve_stops_the_start_saying_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, said: str
+) -> None:
+    path = tmp_path / "ca.crt"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit) as stopped:
+        egress(Settings(gitea_ca_file=str(path)))
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.strip() == f"reconciler: GRS_GITEA_CA_FILE={path}: {said}"
+
+
+def test_proxies_come_from_the_usual_variables_in_either_case() -> None:
+    way_out = Egress.of(environ={"http_proxy": "http://p:3128", "HTTPS_PROXY": "http://q:3128", "PATH": "/bin"})
+    assert way_out.proxy == (("HTTP_PROXY", "http://p:3128"), ("HTTPS_PROXY", "http://q:3128"))
+    assert not Egress.of(environ={}) and Egress.of(environ={}).digest == ""
