@@ -12,9 +12,10 @@ as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 # redis-server and wrk: the tests' Redis (one server, a Cluster, and Sentinels: `redis-server --sentinel`,
 # no other package) and the ingest benchmark's load generator. The rest runs
 # the real node (containerd, runc, the CNI plugins, iptables for kube-proxy) and builds its images;
-# prometheus brings promtool, which unit-tests the chart's alerts.
+# prometheus brings promtool, which unit-tests the chart's alerts; docker-registry is the registry the
+# Docker-mode workflows pull their job images from.
 PACKAGES=(redis-server wrk containerd runc containernetworking-plugins iptables conntrack socat ethtool
-          podman mmdebstrap uidmap fuse-overlayfs gcc libc6-dev openssl prometheus)
+          podman mmdebstrap uidmap fuse-overlayfs gcc libc6-dev openssl prometheus docker-registry)
 step "system packages: ${PACKAGES[*]}"
 missing=()
 for p in "${PACKAGES[@]}"; do

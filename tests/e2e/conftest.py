@@ -45,3 +45,13 @@ def stack(node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             started.stop()
     finally:
         redis.stop()
+
+
+@pytest.fixture
+def cleared(stack: NodeStack) -> Iterator[None]:
+    """The namespaces a test makes are gone after it, runners and all: the next test finds the node as
+    it was (warm runners and Pods of its own would go on running beside the next test)."""
+    made = len(stack.namespaces)
+    yield
+    for ns in stack.namespaces[made:]:
+        stack.clear(ns)

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import secrets
+import ssl
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tests.kube_cluster import peer
+from tests.node.pki import Pair
 from tests.redis_server import die_with_parent, free_port, wait_port
 
 ADMIN = "root"
@@ -31,11 +33,15 @@ PASSWORD = "Passw0rd-Passw0rd"
 class Gitea:
     """One Gitea instance in a temporary folder."""
 
-    def __init__(self, workdir: Path, *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, workdir: Path, *, host: str = "127.0.0.1", tls: Pair | None = None, ca: Path | None = None
+    ) -> None:
         self.dir = workdir
         self.host = host  # runner Pods reach Gitea on the node's address, not on loopback
         self.port = free_port()
-        self.url = f"http://{host}:{self.port}"
+        self.tls = tls  # serve HTTPS with this certificate, which `ca` signed
+        self.url = f"{'https' if tls else 'http'}://{host}:{self.port}"
+        self.context = ssl.create_default_context(cafile=str(ca)) if ca else None
         self.token = ""
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -53,6 +59,7 @@ class Gitea:
     def start(self) -> None:
         """Write app.ini, start the server, and make an admin with an API token."""
         self.dir.mkdir(parents=True, exist_ok=True)
+        serving = f"PROTOCOL = https\nCERT_FILE = {self.tls.cert}\nKEY_FILE = {self.tls.key}" if self.tls else ""
         (self.dir / "app.ini").write_text(f"""APP_NAME = e2e
 RUN_MODE = prod
 WORK_PATH = {self.dir}
@@ -62,6 +69,7 @@ I_AM_BEING_UNSAFE_RUNNING_AS_ROOT = true
 HTTP_ADDR = {self.host}
 HTTP_PORT = {self.port}
 ROOT_URL = {self.url}/
+{serving}
 DISABLE_SSH = true
 OFFLINE_MODE = true
 ; Stop within seconds, even with runners' requests open (the default waits up to a minute).
@@ -77,6 +85,8 @@ INSTALL_LOCK = true
 SECRET_KEY = {secrets.token_hex(16)}
 [actions]
 ENABLED = true
+; `uses: actions/checkout@v4` resolves to this Gitea's own actions/checkout (tests/e2e/actions.py)
+DEFAULT_ACTIONS_URL = self
 [webhook]
 ALLOWED_HOST_LIST = loopback,{self.host}/32
 DELIVER_TIMEOUT = 5
@@ -102,7 +112,7 @@ ENABLED = false
             if self.proc.poll() is not None:
                 raise RuntimeError(f"gitea exited: see {self.dir}/gitea.out")
             try:
-                with urllib.request.urlopen(f"{self.url}/api/v1/version", timeout=2):
+                with urllib.request.urlopen(f"{self.url}/api/v1/version", timeout=2, context=self.context):
                     break
             except OSError:
                 time.sleep(0.2)
@@ -146,7 +156,7 @@ ENABLED = false
             headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
+            with urllib.request.urlopen(req, timeout=30, context=self.context) as resp:
                 raw: bytes = resp.read()
         except urllib.error.HTTPError as err:
             raise RuntimeError(f"{method} {path}: {err.code} {err.read()[:300]!r}") from None
@@ -198,9 +208,12 @@ class Service:
         """Start it, and wait for its port if it has one."""
         self._log = (self.dir / f"{self.name}.log").open("ab")
         binary = Path(sys.executable).parent / self.name
+        # The machine's own proxy variables are not the test's: a reconciler would send its calls to the
+        # test Gitea through them, and pass them on to every runner Pod.
+        machine = {k: v for k, v in os.environ.items() if k.upper() not in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")}
         self.proc = subprocess.Popen(
             [str(binary)],
-            env={**os.environ, **self.env},
+            env={**machine, **self.env},
             stdout=self._log,
             stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent,

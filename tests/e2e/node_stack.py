@@ -27,6 +27,7 @@ from tests.e2e.harness import Gitea, Service, deliveries, our_services
 from tests.e2e.watch import finished
 from tests.kube_cluster import api_request, apply_crd
 from tests.node.cluster import NODE_IP, NodeCluster, image
+from tests.node.pki import Pair
 from tests.redis_server import RedisServer
 
 ORG = "acme"
@@ -307,10 +308,10 @@ class NodeStack:
         self.gitea.stop()
 
 
-def start_gitea(workdir: Path) -> tuple[Gitea, str]:
+def start_gitea(workdir: Path, *, tls: Pair | None = None, ca: Path | None = None) -> tuple[Gitea, str]:
     """Gitea on the node's address (as most users have it: outside the cluster), with the org and the
-    org's runner registration token."""
-    gitea = Gitea(workdir / "gitea", host=NODE_IP)
+    org's runner registration token; over HTTPS with `tls`, a certificate `ca` signed."""
+    gitea = Gitea(workdir / "gitea", host=NODE_IP, tls=tls, ca=ca)
     try:
         gitea.start()
         gitea.api("POST", "/orgs", {"username": ORG})

@@ -14,7 +14,6 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -29,7 +28,7 @@ from tests.e2e.watch import RunnerWatch, finished
 from tests.kube_cluster import api_request, api_text, runner_of
 from tests.node.cluster import image
 
-pytestmark = pytest.mark.node
+pytestmark = [pytest.mark.node, pytest.mark.usefixtures("cleared")]
 
 
 JOB_NAME = "batch.kubernetes.io/job-name"
@@ -37,15 +36,6 @@ JOB_NAME = "batch.kubernetes.io/job-name"
 
 def new_label() -> str:
     return f"l{uuid.uuid4().hex[:6]}"
-
-
-@pytest.fixture(autouse=True)
-def cleared(stack: NodeStack) -> Iterator[None]:
-    """The namespaces a test makes are gone after it, runners and all: the next test finds the node as it was."""
-    made = len(stack.namespaces)
-    yield
-    for ns in stack.namespaces[made:]:
-        stack.clear(ns)
 
 
 def test_a_pushed_workflow_goes_green_with_one_runner_pod_per_job(stack: NodeStack) -> None:

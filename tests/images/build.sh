@@ -3,13 +3,16 @@
 # engine, no registry), and caches them outside the repository as oci-archive tars, keyed by
 # their inputs.
 #
-#   tests/images/build.sh [IMAGE...]      IMAGE: pause runner scaler redis; default: all four
+#   tests/images/build.sh [IMAGE...]      IMAGE: pause runner scaler redis docker upstream0 upstream1;
+#                                         default: all of them
 #   tests/images/build.sh --print IMAGE   the path of the image's cached oci-archive tar (built or not)
 #   tests/images/build.sh --ref IMAGE     the reference (name:tag) the Pod specs must use
 #
 #   GRS_IMAGES_CACHE           the cache folder (default ~/.cache/gitea-runner-scaler/images)
 #   GRS_ACT_RUNNER_BIN         the runner's act_runner (default: tests/peers/build.sh --print act_runner)
 #   ACT_RUNNER_VERSION         its version, the runner image's tag (default v1.0.8)
+#   GRS_SHARED_PEERS           the shared test peers (default ../shared/peers beside the checkout):
+#                              the upstream images take their scripts/run.sh from act_runner's archives
 #   GRS_RUNNER_EXTRA_PACKAGES  Debian packages to add to the runner's base, comma separated (e.g. git)
 #   GRS_DEBIAN_SOURCES         apt sources for bookworm (default: this machine's)
 #
@@ -23,10 +26,11 @@ ACT_RUNNER_VERSION=${ACT_RUNNER_VERSION:-v1.0.8}
 DEBIAN_RELEASE=bookworm
 # The upstream series of bookworm's redis-server, the redis image's tag: the build checks it.
 REDIS_VERSION=7.0
-IMAGES=(pause runner scaler redis)
+IMAGES=(pause runner scaler redis docker upstream0 upstream1)
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
+SHARED_PEERS=${GRS_SHARED_PEERS:-$ROOT/../shared/peers}
 CACHE=${GRS_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gitea-runner-scaler/images}
 PODMAN_DIR=$CACHE/podman
 mkdir -p "$CACHE/base" "$CACHE/tmp"
@@ -57,6 +61,13 @@ RUNNER_BASE=("${SLIM[@]}" --include="ca-certificates,tini${GRS_RUNNER_EXTRA_PACK
 # with redis-cli (redis-tools), both through /bin/sh.
 # shellcheck disable=SC2034,SC2054
 REDIS_BASE=("${SLIM[@]}" --include=redis-server,redis-tools)
+# Docker's daemon and CLI (docker.io; bookworm has no separate CLI package) with what dockerd needs
+# in a container (iptables, procps), and what a job image needs (nodejs for JavaScript actions,
+# git, curl): the dind sidecar and the job image of the Docker-mode tests are one image.
+# shellcheck disable=SC2034
+UPSTREAM_BASE=("${SLIM[@]}" --include=ca-certificates,tini,bash,git,tzdata)
+# shellcheck disable=SC2034
+DOCKER_BASE=("${SLIM[@]}" --include=docker.io,iptables,procps,ca-certificates,nodejs,git,curl)
 
 base_key() {
   local -n opts=$1
@@ -102,6 +113,19 @@ act_runner_bin() {
   fi
 }
 
+# The two upstream image shapes: act_runner 0.x (binary act_runner) and 1.x (binary gitea-runner).
+upstream_peer() { case $1 in upstream0) echo act_runner0 ;; *) echo act_runner ;; esac; }
+upstream_binary() { case $1 in upstream0) echo act_runner ;; *) echo gitea-runner ;; esac; }
+upstream_bin() { bash "$ROOT/tests/peers/build.sh" --print "$(upstream_peer "$1")"; }
+upstream_version() { local bin; bin=$(upstream_bin "$1"); echo "${bin##*-}"; }  # .../act_runner0-v0.4.1
+# The release's own scripts/run.sh, from its source archive (not a copy in this repository).
+upstream_run_sh() {
+  local archive
+  archive=$SHARED_PEERS/act_runner-$(upstream_version "$1").tar.gz
+  [ -f "$archive" ] || die "missing $archive (the shared test peers, beside the checkout)"
+  tar -xzOf "$archive" "act_runner-$(upstream_version "$1")/scripts/run.sh"
+}
+
 # The files the scaler image is built from: what the Dockerfile copies, tracked or not (a
 # developer's work tree counts), minus what git ignores.
 scaler_inputs() {
@@ -135,6 +159,13 @@ key_of() {
       { base_key PYTHON_BASE; cd "$ROOT" && sha256sum -- "${files[@]}"; } | digest ;;
     redis)
       { printf '%s\n' "$REDIS_VERSION" "$(base_key REDIS_BASE)"; cat "$HERE/redis/Containerfile"; } | digest ;;
+    docker)
+      { base_key DOCKER_BASE; cat "$HERE/docker/Containerfile" "$HERE/docker/entrypoint.sh"; } | digest ;;
+    upstream0|upstream1)
+      local bin
+      bin=$(upstream_bin "$1")
+      [ -f "$bin" ] || die "no ${1} runner at $bin: build it first (tests/peers/build.sh $(upstream_peer "$1"))"
+      { base_key UPSTREAM_BASE; sha256sum <"$bin"; upstream_run_sh "$1"; cat "$HERE/upstream/Containerfile"; } | digest ;;
     *) die "unknown image: $1 (${IMAGES[*]})" ;;
   esac
 }
@@ -145,6 +176,8 @@ ref_of() {
     runner) echo "localhost/grs/act-runner:$ACT_RUNNER_VERSION" ;;
     scaler) local key; key=$(key_of scaler); echo "localhost/grs/gitea-runner-scaler:$key" ;;
     redis) echo "localhost/grs/redis:$REDIS_VERSION-$DEBIAN_RELEASE" ;;
+    docker) local key; key=$(key_of docker); echo "localhost/grs/docker:$key" ;;
+    upstream0|upstream1) echo "localhost/grs/act-runner-upstream:$(upstream_version "$1")" ;;
     *) die "unknown image: $1 (${IMAGES[*]})" ;;
   esac
 }
@@ -302,6 +335,26 @@ build_redis() {
   build -t "$2" --build-arg BASE="$base" --build-arg VERSION="$REDIS_VERSION" -f "$HERE/redis/Containerfile" "$1"
 }
 
+build_docker() {
+  local base
+  base=$(ensure_base docker DOCKER_BASE)
+  cp "$HERE/docker/entrypoint.sh" "$1/"
+  build -t "$2" --build-arg BASE="$base" -f "$HERE/docker/Containerfile" "$1"
+}
+
+build_upstream() {
+  local name=$3 base binary
+  base=$(ensure_base upstream UPSTREAM_BASE)
+  binary=$(upstream_binary "$name")
+  cp "$(upstream_bin "$name")" "$1/$binary"
+  upstream_run_sh "$name" >"$1/run.sh"
+  chmod +x "$1/run.sh"
+  build -t "$2" --build-arg BASE="$base" --build-arg BINARY="$binary" \
+    --build-arg VERSION="$(upstream_version "$name")" -f "$HERE/upstream/Containerfile" "$1"
+}
+build_upstream0() { build_upstream "$1" "$2" upstream0; }
+build_upstream1() { build_upstream "$1" "$2" upstream1; }
+
 # --- Main ----------------------------------------------------------------------------------------
 case ${1:-} in
   --print) [ $# -eq 2 ] || die "usage: $0 --print IMAGE"; tar_of "$2"; exit 0 ;;
@@ -318,6 +371,9 @@ for image in "${images[@]}"; do
   if [ "$image" = runner ] && [ -z "${GRS_ACT_RUNNER_BIN:-}" ] && [ ! -f "$(act_runner_bin)" ]; then
     bash "$ROOT/tests/peers/build.sh" act_runner >&2
   fi
+  case $image in
+    upstream0|upstream1) [ -f "$(upstream_bin "$image")" ] || bash "$ROOT/tests/peers/build.sh" "$(upstream_peer "$image")" >&2 ;;
+  esac
   tar=$(tar_of "$image")
   [ ! -f "$tar" ] || continue
   if [ -z "$work" ]; then

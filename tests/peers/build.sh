@@ -4,7 +4,8 @@
 #
 #   tests/peers/build.sh [PEER...]     PEER: etcd kube (kube-apiserver + kube-controller-manager)
 #                                           node (kubelet, kube-scheduler, kube-proxy) coredns
-#                                           act_runner gitea helm kubeconform; default: all of them
+#                                           act_runner (1.x) act_runner0 (0.x) gitea helm kubeconform;
+#                                           default: all of them
 #   tests/peers/build.sh --print NAME  the path of one cached binary (built or not)
 #
 # act_runner's module is refused by this workplace's module proxy: it is built from the source
@@ -21,6 +22,9 @@ KUBECONFORM_VERSION=${KUBECONFORM_VERSION:-v0.7.0}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.14.7}
 ACT_RUNNER_VERSION=${ACT_RUNNER_VERSION:-v1.0.8}
 ACT_RUNNER_SHA256=${ACT_RUNNER_SHA256:-b3a03a1a98282769084d5d1a2181ebb81b823748238b89f18f27fd0b80520d4f}
+# The last 0.x release, whose binary (and module) is still called act_runner: the older image shape.
+ACT_RUNNER0_VERSION=v0.4.1
+ACT_RUNNER0_SHA256=51d3369c4ad2ee14c11830f006541d6a52733a396a2fa3d4d82fcbf4775af40f
 SHARED_PEERS=${GRS_SHARED_PEERS:-$(cd "$(dirname "$0")/../.." && pwd)/../shared/peers}
 
 CACHE=${GRS_PEERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gitea-runner-scaler/peers}
@@ -150,22 +154,23 @@ build_helm() {
 }
 
 # act_runner: `go install` where the module proxy serves it, else the source archive in shared/.
+#   build_act_runner NAME VERSION SHA256 MODULE
 build_act_runner() {
-  local name="act_runner-$ACT_RUNNER_VERSION"
+  local name="$1-$2" version=$2 sha256=$3 module=$4
   have "$name" && return
-  say "building act_runner $ACT_RUNNER_VERSION (about 3 minutes cold)"
-  local ldflags="-s -w -X gitea.com/gitea/runner/internal/pkg/ver.version=$ACT_RUNNER_VERSION"
-  if GOBIN="$CACHE/gobin-act_runner" go install -ldflags "$ldflags" "gitea.com/gitea/runner@$ACT_RUNNER_VERSION" 2>/dev/null; then
-    mv "$CACHE/gobin-act_runner/runner" "$BIN/$name"
+  say "building $1 $version (about 3 minutes cold)"
+  local ldflags="-s -w -X $module/internal/pkg/ver.version=$version"
+  if GOBIN="$CACHE/gobin-$name" go install -ldflags "$ldflags" "$module@$version" 2>/dev/null; then
+    mv "$CACHE/gobin-$name/${module##*/}" "$BIN/$name"
     return
   fi
-  local archive="$SHARED_PEERS/$name.tar.gz"
-  say "the module proxy does not serve act_runner; building it from $archive"
+  local archive="$SHARED_PEERS/act_runner-$version.tar.gz"
+  say "the module proxy does not serve $module; building it from $archive"
   [ -f "$archive" ] || { say "missing $archive (shared/peers beside the checkout)"; exit 1; }
-  echo "$ACT_RUNNER_SHA256  $archive" | sha256sum -c --quiet - || { say "checksum mismatch: $archive"; exit 1; }
-  rm -rf "$CACHE/src/$name"
+  echo "$sha256  $archive" | sha256sum -c --quiet - || { say "checksum mismatch: $archive"; exit 1; }
+  rm -rf "$CACHE/src/act_runner-$version"
   tar -xzf "$archive" -C "$CACHE/src"
-  (cd "$CACHE/src/$name" && go build -mod=mod -ldflags "$ldflags" -o "$BIN/$name.tmp" .)
+  (cd "$CACHE/src/act_runner-$version" && go build -mod=mod -ldflags "$ldflags" -o "$BIN/$name.tmp" .)
   mv "$BIN/$name.tmp" "$BIN/$name"
 }
 
@@ -176,6 +181,7 @@ if [ "${1:-}" = "--print" ]; then
     kube-apiserver|kube-controller-manager|kubelet|kube-scheduler|kube-proxy) echo "$BIN/$2-$KUBE_VERSION-r2" ;;
     coredns) echo "$BIN/coredns-$COREDNS_VERSION" ;;
     act_runner) echo "$BIN/act_runner-$ACT_RUNNER_VERSION" ;;
+    act_runner0) echo "$BIN/act_runner0-$ACT_RUNNER0_VERSION" ;;
     gitea) echo "$BIN/gitea-$GITEA_VERSION" ;;
     gitea-share) echo "$CACHE/gitea-$GITEA_VERSION-share" ;;
     helm) echo "$BIN/helm-$HELM_VERSION-r2" ;;
@@ -186,14 +192,15 @@ if [ "${1:-}" = "--print" ]; then
 fi
 
 peers=("$@")
-[ ${#peers[@]} -gt 0 ] || peers=(etcd kube node coredns act_runner gitea helm kubeconform)
+[ ${#peers[@]} -gt 0 ] || peers=(etcd kube node coredns act_runner act_runner0 gitea helm kubeconform)
 for p in "${peers[@]}"; do
   case $p in
     etcd) build_etcd ;;
     kube) build_kube_cmds kube-apiserver kube-controller-manager ;;
     node) build_kube_cmds kubelet kube-scheduler kube-proxy ;;
     coredns) build_go_install coredns github.com/coredns/coredns "$COREDNS_VERSION" ;;
-    act_runner) build_act_runner ;;
+    act_runner) build_act_runner act_runner "$ACT_RUNNER_VERSION" "$ACT_RUNNER_SHA256" gitea.com/gitea/runner ;;
+    act_runner0) build_act_runner act_runner0 "$ACT_RUNNER0_VERSION" "$ACT_RUNNER0_SHA256" gitea.com/gitea/act_runner ;;
     gitea) build_gitea ;;
     helm) build_helm ;;
     kubeconform) build_go_install kubeconform github.com/yannh/kubeconform/cmd/kubeconform "$KUBECONFORM_VERSION" ;;

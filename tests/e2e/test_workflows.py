@@ -1,0 +1,213 @@
+"""Workflows as users write them, on a real node: Docker jobs through `containerMode: dind`, and
+`uses:` actions resolved by Gitea.
+
+The runner Pods get the product's Docker daemon sidecar (the `docker` test image, a stand-in for
+docker:dind) told about the test registry through the group's `dindArgs`; the job and service
+images are pulled from that registry by each runner's own daemon, as users' runners pull theirs.
+`actions/checkout@v4` comes from the test Gitea itself (tests/e2e/actions.py). Each test asserts
+Gitea's conclusions and what the job's steps printed in their logs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e import actions
+from tests.e2e.docker_mode import Images, docker_spec, privileged, serving_images
+from tests.e2e.node_stack import NodeStack, start_gitea, wait_for, workflow
+from tests.e2e.watch import RunnerWatch
+from tests.kube_cluster import api_request, api_text, runner_of
+from tests.node.cluster import NODE_IP, NodeCluster, image, running_node
+from tests.node.pki import Authority
+
+pytestmark = [pytest.mark.node, pytest.mark.usefixtures("cleared")]
+
+# The upstream act_runner image shapes (tests/images/upstream): release series -> its runner binary.
+UPSTREAM = {"upstream0": "act_runner", "upstream1": "gitea-runner"}
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
+    """The node, with the Docker daemon's image and the upstream runner images in its store as well."""
+    names = ("pause", "runner", "docker", *UPSTREAM)
+    with running_node(tmp_path_factory.mktemp("node"), images=names) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def images(node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Images]:
+    """The registry on the node's address, holding the job image and Redis."""
+    with serving_images(tmp_path_factory.mktemp("registry")) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def published(stack: NodeStack, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """actions/checkout in the test Gitea."""
+    actions.publish(stack.gitea, tmp_path_factory.mktemp("actions"), ("checkout",))
+
+
+def docker_group(stack: NodeStack, images: Images, *, name: str) -> tuple[str, str, RunnerWatch]:
+    """A privileged namespace with a `containerMode: dind` group, and a watch on its runners (started
+    before the group, stopped by the caller): (namespace, label, watch)."""
+    ns, label = stack.namespace(name), f"l{uuid.uuid4().hex[:6]}"
+    privileged(stack, ns)
+    watch = RunnerWatch(stack.node, ns)
+    stack.group(ns, label, **docker_spec(images, label))
+    return ns, label, watch
+
+
+DOCKER_JOBS = """\
+name: docker
+on: [push]
+jobs:
+  checkout:
+    runs-on: {label}
+    steps:
+      - uses: actions/checkout@v4
+      - run: echo "checked out $(head -n1 README.md) at $(git rev-parse HEAD)"
+  services:
+    runs-on: {label}
+    services:
+      cache:
+        image: {redis}
+    steps:
+      - run: |
+          for i in $(seq 100); do exec 3<>/dev/tcp/cache/6379 && break; sleep 0.2; done
+          printf 'PING\\r\\n' >&3
+          read -r answer <&3
+          echo "the service answered ${{answer%$'\\r'}}"
+  build:
+    runs-on: {label}
+    steps:
+      - run: |
+          mkdir context
+          printf 'FROM {job}\\nRUN echo built in a step > /built.txt\\n' > context/Dockerfile
+          docker build -q -t grs-built context
+          docker run --rm --entrypoint cat grs-built /built.txt
+          docker run --rm -v /var/run/docker.sock:/var/run/docker.sock --entrypoint docker grs-built \\
+            version --format 'the daemon answered through /var/run/docker.sock: {{{{.Server.Version}}}}'
+"""
+
+
+def test_container_services_and_docker_build_jobs_go_green_in_docker_mode(
+    stack: NodeStack, images: Images, published: None
+) -> None:
+    ns, label, watch = docker_group(stack, images, name="docker")
+    try:
+        repo = stack.repo()  # its first commit has a README.md starting "# <name>"
+        run_id = stack.push(repo, DOCKER_JOBS.format(label=label, redis=images.redis, job=images.job))
+        first = wait_for(lambda: stack.runner_jobs(ns), timeout=30, what="a runner Job")[0]
+        run = stack.wait_run(repo, run_id, timeout=300)
+        wait_for(lambda: not watch.alive, timeout=60, what="every runner finished")
+    finally:
+        watch.stop()
+
+    jobs = {j["name"]: j for j in stack.jobs(repo, run_id)}
+    logs = {name: stack.job_log(repo, j["id"]) for name, j in jobs.items()}
+    assert run["conclusion"] == "success", {n: (j["conclusion"], logs[n][-1500:]) for n, j in jobs.items()}
+    assert {n: j["conclusion"] for n, j in jobs.items()} == dict.fromkeys(("build", "checkout", "services"), "success")
+    commit = stack.gitea.api("GET", f"/repos/{repo}/commits?limit=1")[0]["sha"]
+    assert f"checked out # {repo.split('/')[1]} at {commit}" in logs["checkout"], logs["checkout"][-2000:]
+    assert "the service answered +PONG" in logs["services"], logs["services"][-2000:]
+    assert "built in a step" in logs["build"], logs["build"][-2000:]
+    assert "the daemon answered through /var/run/docker.sock: 20.10" in logs["build"], logs["build"][-2000:]
+    # Each job ran in the job image its runner's daemon pulled from the registry, on a runner of its own.
+    for name, log in logs.items():
+        assert f"docker pull image={images.job}" in log, (name, log[:3000])
+    assert sorted(watch.for_job.values()) == sorted(j["id"] for j in jobs.values()) and len(watch.seen) == 3
+    pod = first["spec"]["template"]["spec"]
+    (daemon,) = [c for c in pod["initContainers"] if c["name"] == "dind"]
+    assert f"--insecure-registry={images.registry}" in daemon["args"], daemon["args"]
+    assert "securityContext" not in pod["containers"][0], "the runner itself is not privileged"
+
+
+@pytest.mark.parametrize("shape", list(UPSTREAM))
+def test_the_upstream_runner_image_of_each_release_serves_a_job(stack: NodeStack, shape: str) -> None:
+    """act_runner 0.x and 1.x images as their own Dockerfiles make them (their entrypoint, their
+    binary's name): the register step finds the binary, and the image's entrypoint runs the daemon."""
+    binary, ns, label = UPSTREAM[shape], stack.namespace("upstream"), f"l{uuid.uuid4().hex[:6]}"
+    stack.group(ns, label, image=image(shape)[0])
+    repo = stack.repo()
+    step = 'echo "the runner binary is $(command -v act_runner gitea-runner)"'
+    run_id = stack.push(repo, workflow("hello", label=label, step=step))
+
+    run = stack.wait_run(repo, run_id, timeout=180)
+
+    (job,) = stack.jobs(repo, run_id)
+    log = stack.job_log(repo, job["id"])
+    assert run["conclusion"] == "success", log[-2000:]
+    assert f"the runner binary is /usr/local/bin/{binary}" in log, log[-2000:]
+    (runner_job,) = stack.runner_jobs(ns)
+    (pod,) = stack.pods(ns)
+    registered = api_text(stack.node, f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/log?container=register")
+    assert f"registered {runner_of(runner_job)}" in registered, registered
+    wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
+
+
+def test_an_image_with_no_runner_binary_fails_with_a_clear_condition(stack: NodeStack) -> None:
+    ns, label = stack.namespace("nobinary"), f"l{uuid.uuid4().hex[:6]}"
+    stack.group(ns, label, image=image("docker")[0])  # Docker and a shell, but no act_runner
+    repo = stack.repo()
+    run_id = stack.push(repo, workflow("stuck", label=label))
+
+    def unhealthy() -> dict[str, str] | None:
+        conds = {c["type"]: c for c in stack.group_status(ns).get("conditions") or []}
+        cond = conds.get("RunnersHealthy") or {}
+        return cond if cond.get("status") == "False" else None
+
+    condition = wait_for(unhealthy, timeout=60, what="RunnersHealthy False")
+    assert condition["reason"] == "RegistrationFailed", condition
+    assert "the image has neither act_runner nor gitea-runner on its PATH" in condition["message"], condition
+    assert [j["status"] for j in stack.jobs(repo, run_id)] == ["queued"], "the Gitea job waits for a working runner"
+
+
+COMPOSITE = """\
+name: hello
+description: a composite action, cloned by the runner from the test Gitea
+runs:
+  using: composite
+  steps:
+    - run: echo "hello from an action cloned over https"
+      shell: bash
+"""
+
+
+def test_a_gitea_served_over_https_by_its_own_ca_is_polled_registered_with_and_cloned_from(
+    stack: NodeStack, tmp_path: Path
+) -> None:
+    """One setting (`GRS_GITEA_CA_FILE`) and every client trusts Gitea's CA: the reconciler's polls
+    (the repository has no webhook), the runner's registration and fetches, and its `uses:` clone."""
+    pki = Authority(tmp_path / "pki")
+    gitea, token = start_gitea(tmp_path, tls=pki.issue("gitea", cn="gitea", ips=(NODE_IP,)), ca=pki.ca.cert)
+    try:
+        action = tmp_path / "hello"
+        action.mkdir()
+        (action / "action.yml").write_text(COMPOSITE)
+        gitea.api("POST", "/orgs", {"username": actions.OWNER})
+        actions.push_tree(gitea, action, f"{actions.OWNER}/hello", tags=("v1",), ca=pki.ca.cert)
+        https = dataclasses.replace(stack, gitea=gitea, registration_token=token)  # the same node and processes
+        with stack.reconfigured(GRS_GITEA_CA_FILE=str(pki.ca.cert)):
+            ns, label = https.namespace("https"), f"l{uuid.uuid4().hex[:6]}"
+            https.group(ns, label)
+            repo = https.repo(webhook=False)
+            text = workflow("tls", label=label).replace("      - run:", "      - uses: actions/hello@v1\n      - run:")
+            run_id = https.push(repo, text)
+            run = https.wait_run(repo, run_id, timeout=180)
+            (job,) = https.jobs(repo, run_id)
+            log = https.job_log(repo, job["id"])
+            assert run["conclusion"] == "success", log[-3000:]
+            assert "hello from an action cloned over https" in log, log[-3000:]
+            assert gitea.url.startswith("https://") and https.group_status(ns)["target"] == "acme"
+            # The group goes while its Gitea still answers: its runners' rows are vetted there.
+            path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/runners"
+            assert api_request(stack.node, "DELETE", path)[0] == 200
+            wait_for(lambda: api_request(stack.node, "GET", path)[0] == 404, timeout=60, what="the group gone")
+            assert not https.runners_with(label), "no runner of it left in Gitea"
+    finally:
+        gitea.stop()
