@@ -21,8 +21,9 @@ from bench.ceiling import create_ceiling
 from bench.node import STAGES, Burst, burst, measure
 from bench.stack import Stack, machine, workdir
 from reconciler.settings import Settings
-from tests.e2e.node_stack import start_stack
-from tests.node.cluster import NodeCluster
+from tests.e2e.docker_mode import Images, docker_spec, privileged, serving_images
+from tests.e2e.node_stack import NodeStack, start_stack
+from tests.node.cluster import NodeCluster, image
 from tests.redis_server import RedisServer
 
 CREATES_IN_FLIGHT = Settings.model_fields["create_concurrency"].default
@@ -48,6 +49,7 @@ FULL = {
     "node_rounds": 10,
     "node_jobs": 3,
     "node_burst": 200,
+    "node_mode_rounds": 5,
 }
 SMOKE = {
     "ingest_s": 1.0,
@@ -71,6 +73,7 @@ SMOKE = {
     "node_rounds": 1,
     "node_jobs": 2,
     "node_burst": 4,
+    "node_mode_rounds": 1,
 }
 
 Row = tuple[str, str, str, str]
@@ -331,6 +334,74 @@ def node_rows(cfg: dict[str, Any]) -> list[Row]:
     ]
 
 
+async def run_node_modes(cfg: dict[str, Any]) -> list[Row]:
+    return await asyncio.to_thread(node_modes_rows, cfg)
+
+
+# The runner modes the node benchmark times, in the order it prints them.
+RUNNER_MODES = ("host", "upstream 0.x", "upstream 1.x", "dind")
+
+
+def node_modes_rows(cfg: dict[str, Any]) -> list[Row]:
+    """Cold and warm pickup per runner mode, on a node of its own: host mode on the project's runner
+    image; the upstream images of act_runner 0.x and 1.x (host mode); and Docker through the dind
+    sidecar, each job in a `docker://` image its runner's daemon pulls from the node's registry."""
+    rounds, jobs = cfg["node_mode_rounds"], cfg["node_jobs"]
+    upstream = {"upstream 0.x": "upstream0", "upstream 1.x": "upstream1"}
+    rows: list[Row] = []
+    with workdir() as d:
+        images = ("pause", "runner", "scaler", "docker", *upstream.values())
+        redis, node = RedisServer(d / "redis"), NodeCluster(d / "node", images=images)
+        (d / "redis").mkdir()
+        redis.start()
+        node.start()
+        stack = start_stack(d, node=node, redis=redis, GRS_POLL_INTERVAL="3")
+        try:
+            with serving_images(d / "registry") as served:
+                shapes: dict[str, Callable[[str, str], dict[str, Any]]] = {
+                    "host": lambda ns, label: {},
+                    **{name: _image_shape(image(ref)[0]) for name, ref in upstream.items()},
+                    "dind": _dind_shape(stack, served),
+                }
+                sizes = {
+                    "host": image("runner")[1],
+                    **{name: image(ref)[1] for name, ref in upstream.items()},
+                    "dind": image("docker")[1],
+                }
+                for name in RUNNER_MODES:
+                    cold = measure(stack, mode="cold", rounds=rounds, jobs=jobs, shape=shapes[name])
+                    warm = measure(stack, mode="warm", rounds=rounds, jobs=jobs, shape=shapes[name])
+                    rows.append(_mode_row(name, cold.api, warm.api, sizes[name].stat().st_size))
+        finally:
+            stack.stop()
+            node.stop()
+            redis.stop()
+    return rows
+
+
+def _dind_shape(stack: NodeStack, served: Images) -> Callable[[str, str], dict[str, Any]]:
+    def shape(ns: str, label: str) -> dict[str, Any]:
+        privileged(stack, ns)
+        return docker_spec(served, label)
+
+    return shape
+
+
+def _image_shape(ref: str) -> Callable[[str, str], dict[str, Any]]:
+    return lambda ns, label: {"image": ref}
+
+
+def _mode_row(name: str, cold: list[float], warm: list[float], size: int) -> Row:
+    def p(values: list[float]) -> str:
+        return f"p50 {sc.pct(values, 0.5):.2f} s, p99 {sc.pct(values, 0.99):.2f} s"
+
+    what = "the runner image" if name != "dind" else "the daemon's and job image (one image here)"
+    return row(
+        f"node, {name}: queued -> picked, cold / warm ({len(cold)} / {len(warm)} jobs)",
+        f"{p(cold)} / {p(warm)}; {what}: {size / 1e6:.0f} MB as an oci-archive",
+    )
+
+
 async def run_node_burst(cfg: dict[str, Any]) -> list[Row]:
     return await asyncio.to_thread(node_burst_rows, cfg)
 
@@ -402,7 +473,7 @@ async def main(argv: list[str]) -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated: node,nodeburst,ttr,side,burst,polling,memory,growth,scaling,intake,ingest",
+        help="comma-separated: node,nodeburst,nodemodes,ttr,side,burst,polling,memory,growth,scaling,intake,ingest",
     )
     args = parser.parse_args(argv)
     cfg = SMOKE if args.smoke else FULL
@@ -429,6 +500,8 @@ async def main(argv: list[str]) -> int:
         steps.insert(0, ("node", "On a real node", lambda: run_node(cfg)))
     if not args.smoke or "nodeburst" in only:
         steps.insert(1, ("nodeburst", "On a real node: a burst", lambda: run_node_burst(cfg)))
+    if not args.smoke or "nodemodes" in only:
+        steps.insert(2, ("nodemodes", "On a real node: each runner mode", lambda: run_node_modes(cfg)))
     if want("ttr") or want("side"):
         rows, webhook = await run_time_to_runner(cfg)
         print_rows("Time to runner", rows)

@@ -18,6 +18,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from statistics import median
@@ -58,11 +59,21 @@ def _deliveries(stack: NodeStack) -> dict[tuple[int, str], float]:
     return seen
 
 
-def measure(stack: NodeStack, *, mode: Mode, rounds: int, jobs: int) -> Pickup:
-    """Push `rounds` workflows of `jobs` parallel jobs, one after the other, and time each pickup."""
+def measure(
+    stack: NodeStack,
+    *,
+    mode: Mode,
+    rounds: int,
+    jobs: int,
+    shape: Callable[[str, str], dict[str, Any]] | None = None,
+) -> Pickup:
+    """Push `rounds` workflows of `jobs` parallel jobs, one after the other, and time each pickup.
+    `shape(namespace, label)` prepares the namespace and returns more of the group's spec (a runner
+    mode: its image, `containerMode`, labels); default: host mode on the runner image."""
     ns, label = stack.namespace(f"bench-{mode}"), f"b{uuid.uuid4().hex[:6]}"
     warm = jobs if mode == "warm" else 0
-    stack.group(ns, label, minIdleRunners=warm, maxActiveRunners=2 * jobs)
+    more = shape(ns, label) if shape is not None else {}
+    stack.group(ns, label, minIdleRunners=warm, maxActiveRunners=2 * jobs, **more)
     repo = stack.repo(webhook=mode != "poll")
     watch = RunnerWatch(stack.node, ns)
     out = Pickup()
