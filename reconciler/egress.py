@@ -78,8 +78,8 @@ DIRECT = Egress()  # no CA certificates of our own, no proxy
 
 
 def owned_names(egress: Egress, state_dir: str) -> frozenset[str]:
-    """The env names `egress` sets on the runner container."""
-    return frozenset(e["name"] for e in egress.ca_env(state_dir) + egress.proxy_env())
+    """The env names `egress` sets on the runner container, upper-cased."""
+    return frozenset(e["name"].upper() for e in egress.ca_env(state_dir) + egress.proxy_env())
 
 
 # POSIX sh for the register step (see `manifests.REGISTER_SCRIPT`): the image's CA bundle (Debian's,

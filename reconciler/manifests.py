@@ -258,9 +258,9 @@ def _pod_template(spec: RunnerGroupSpec, *, name: str, labels: dict[str, str], e
     container = _runner_container(pod)
     container["image"] = spec.image
     user_env = [e for e in container.get("env") or [] if e.get("name") not in _OWNED_ENV]
-    # The way out to Gitea, unless the podTemplate sets a variable of it itself.
-    mine = {e.get("name") for e in user_env} & owned_names(egress, STATE_DIR)
-    out = [e for e in egress.ca_env(STATE_DIR) + egress.proxy_env() if e["name"] not in mine]
+    # The way out to Gitea, unless the podTemplate sets a variable of it itself (in either case).
+    mine = {str(e.get("name")).upper() for e in user_env} & owned_names(egress, STATE_DIR)
+    out = [e for e in egress.ca_env(STATE_DIR) + egress.proxy_env() if e["name"].upper() not in mine]
     container["env"] = runner_env(spec, name=name) + out + user_env
     register = _register_container(spec, container, name=name, egress=egress)
     _add_state_volume(pod, container)
