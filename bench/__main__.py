@@ -371,6 +371,7 @@ def node_modes_rows(cfg: dict[str, Any]) -> list[Row]:
                 for name in RUNNER_MODES:
                     cold = measure(stack, mode="cold", rounds=rounds, jobs=jobs, shape=shapes[name])
                     warm = measure(stack, mode="warm", rounds=rounds, jobs=jobs, shape=shapes[name])
+                    stack.clear(stack.namespaces[-1])  # its warm pool would load the next mode's figures
                     rows.append(_mode_row(name, cold.api, warm.api, sizes[name].stat().st_size))
         finally:
             stack.stop()
