@@ -23,7 +23,7 @@ import aiohttp
 
 from reconciler.crd import crd
 from tests.kube_cluster import KubeCluster, api_request, apply_crd
-from tests.redis_server import RedisServer, free_port, wait_port
+from tests.redis_server import RedisServer, free_port, stop_process, wait_port
 
 SECRET = "bench-webhook-secret"
 NS = "bench"
@@ -101,12 +101,7 @@ class Proc:
         return 0.0
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
+        stop_process(self.proc, self.log, timeout=20)
 
 
 class Stack:

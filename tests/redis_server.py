@@ -9,6 +9,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import IO, Any
 
 
 def die_with_parent() -> None:
@@ -82,7 +83,19 @@ class RedisServer:
 
     def stop(self) -> None:
         """Stop the server (SIGTERM) and wait for it to exit."""
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-            self.proc = None
+        stop_process(self.proc, None, timeout=10)
+        self.proc = None
+
+
+def stop_process(proc: subprocess.Popen[Any] | None, log: IO[Any] | None, *, timeout: float = 30) -> None:
+    """SIGTERM a process we started and wait for it; SIGKILL it if it takes longer than `timeout`; close
+    its log."""
+    if proc is not None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if log is not None:
+        log.close()

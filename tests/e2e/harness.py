@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from tests.kube_cluster import peer
 from tests.node.pki import Pair
-from tests.redis_server import die_with_parent, free_port, wait_port
+from tests.redis_server import die_with_parent, free_port, stop_process, wait_port
 
 ADMIN = "root"
 PASSWORD = "Passw0rd-Passw0rd"
@@ -177,21 +177,8 @@ ENABLED = false
 
     def stop(self) -> None:
         """Stop the server."""
-        _stop(self.proc, self._log)
+        stop_process(self.proc, self._log)
         self.proc = None
-
-
-def _stop(proc: subprocess.Popen[bytes] | None, log: IO[bytes] | None, *, timeout: float = 30) -> None:
-    """SIGTERM a process and wait for it; SIGKILL it if it takes longer than `timeout`; close its log."""
-    if proc is not None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    if log:
-        log.close()
 
 
 class Service:
@@ -223,7 +210,7 @@ class Service:
 
     def stop(self) -> None:
         """SIGTERM, and wait."""
-        _stop(self.proc, self._log)
+        stop_process(self.proc, self._log)
         self.proc = None
 
     @contextlib.contextmanager

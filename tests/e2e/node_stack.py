@@ -137,6 +137,21 @@ class NodeStack:
         _, body = api_request(self.node, "GET", f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/{name}")
         return dict(body.get("status") or {})
 
+    def condition(self, ns: str, kind: str, name: str = "runners") -> dict[str, Any]:
+        """The group's condition `kind` ({} while it has none)."""
+        conds = {c["type"]: c for c in self.group_status(ns, name).get("conditions") or []}
+        return dict(conds.get(kind) or {})
+
+    def condition_false(self, ns: str, kind: str, *, timeout: float, name: str = "runners") -> dict[str, Any]:
+        """Wait until the group's condition `kind` is False; return that condition."""
+        return dict(
+            wait_for(
+                lambda: (c := self.condition(ns, kind, name)).get("status") == "False" and c,
+                timeout=timeout,
+                what=f"{kind} False",
+            )
+        )
+
     def runner_jobs(self, ns: str) -> list[dict[str, Any]]:
         """The runner Jobs in a namespace."""
         return list(api_request(self.node, "GET", f"/apis/batch/v1/namespaces/{ns}/jobs")[1]["items"])

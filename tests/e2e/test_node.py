@@ -445,11 +445,7 @@ def test_a_wrong_registration_token_fails_fast_backs_off_and_recovers_when_fixed
     assert pod["status"]["phase"] == "Failed" and ended["exitCode"] == 1
     assert seconds(ended["finishedAt"]) - seconds(pod["metadata"]["creationTimestamp"]) < 15, "it failed fast"
 
-    def health() -> dict[str, Any] | None:
-        conds = {c["type"]: c for c in stack.group_status(ns).get("conditions") or []}
-        return conds.get("RunnersHealthy") if conds.get("RunnersHealthy", {}).get("status") == "False" else None
-
-    condition = wait_for(health, timeout=30, what="RunnersHealthy False")
+    condition = stack.condition_false(ns, "RunnersHealthy", timeout=30)
     assert condition["reason"] == "RegistrationFailed", condition
     assert "refused the registration token" in condition["message"] and wrong not in condition["message"]
 
@@ -465,7 +461,11 @@ def test_a_wrong_registration_token_fails_fast_backs_off_and_recovers_when_fixed
 
     stack.set_tokens(ns, registration_token=stack.registration_token)
     assert stack.wait_run(repo, run_id, timeout=120)["conclusion"] == "success"
-    wait_for(lambda: health() is None, timeout=30, what="RunnersHealthy True again")
+    wait_for(
+        lambda: stack.condition(ns, "RunnersHealthy").get("status") != "False",
+        timeout=30,
+        what="RunnersHealthy True again",
+    )
 
 
 # Everything a job step can read, printed: its environment, every process's command line and
@@ -505,13 +505,8 @@ def test_a_runner_pod_the_namespaces_pod_security_refuses_is_reported_within_sec
     stack.push(repo, workflow("refused", label=label))
     (job,) = wait_for(lambda: stack.runner_jobs(ns), timeout=60, what="a runner Job for the queued job")
 
-    def refused() -> dict[str, Any] | None:
-        conds = {c["type"]: c for c in stack.group_status(ns).get("conditions") or []}
-        cond = conds.get("RunnersAdmitted") or {}
-        return cond if cond.get("status") == "False" else None
-
     # (the pendingTimeout is 10 minutes: a condition within this wait is the controller reading the refusal)
-    condition = wait_for(refused, timeout=30, what="RunnersAdmitted False")
+    condition = stack.condition_false(ns, "RunnersAdmitted", timeout=30)
     assert condition["reason"] == "PodRefused", condition
     assert 'violates PodSecurity "baseline:latest"' in condition["message"], condition["message"]
     assert job["metadata"]["name"] in condition["message"]

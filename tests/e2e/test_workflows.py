@@ -156,12 +156,7 @@ def test_an_image_with_no_runner_binary_fails_with_a_clear_condition(stack: Node
     repo = stack.repo()
     run_id = stack.push(repo, workflow("stuck", label=label))
 
-    def unhealthy() -> dict[str, str] | None:
-        conds = {c["type"]: c for c in stack.group_status(ns).get("conditions") or []}
-        cond = conds.get("RunnersHealthy") or {}
-        return cond if cond.get("status") == "False" else None
-
-    condition = wait_for(unhealthy, timeout=60, what="RunnersHealthy False")
+    condition = stack.condition_false(ns, "RunnersHealthy", timeout=60)
     assert condition["reason"] == "RegistrationFailed", condition
     assert "the image has neither act_runner nor gitea-runner on its PATH" in condition["message"], condition
     assert [j["status"] for j in stack.jobs(repo, run_id)] == ["queued"], "the Gitea job waits for a working runner"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urljoin
 
-from tests.redis_server import die_with_parent, free_port
+from tests.redis_server import die_with_parent, free_port, stop_process
 
 BINARY = "docker-registry"
 
@@ -71,17 +71,8 @@ class Registry:
 
     def stop(self) -> None:
         """Stop the registry (its storage goes with the test's folder)."""
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        stop_process(self.proc, self._log, timeout=10)
+        self.proc, self._log = None, None
 
     def push(self, archive: Path, repository: str, tag: str) -> str:
         """Push the single image of an oci-archive tar as `repository:tag`; return its reference here."""
