@@ -10,6 +10,7 @@ import signal
 import ssl
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import aiohttp
 from aiohttp import web
@@ -22,6 +23,7 @@ from reconciler.egress import Egress
 from reconciler.giteaapi import GiteaClient
 from reconciler.kube import Kube, api_client
 from reconciler.metrics import Metrics
+from reconciler.runner_cache import RunnerCache
 from reconciler.settings import Settings
 from webhook_scaler import logs
 from webhook_scaler.config import parse_or_exit
@@ -75,25 +77,37 @@ def _store(settings: Settings) -> tuple[Redis | RedisCluster, JobStore]:
 
 def egress(settings: Settings) -> tuple[Egress, ssl.SSLContext]:
     """How the reconciler and its runners reach Gitea: `GRS_GITEA_CA_FILE` (trusted besides the system's
-    CAs) and this process's proxy variables. A CA file that cannot be read or holds no certificate
-    stops the start with a clear message."""
+    CAs) and this process's proxy variables; and the runners' shared cache (`GRS_RUNNER_CACHE_*`). A
+    file that cannot be read, or a CA file that holds no certificate, stops the start with a clear message."""
     context = ssl.create_default_context()
-    pem = ""
-    if settings.gitea_ca_file:
-        reason = ""
+    pem = _read("GRS_GITEA_CA_FILE", settings.gitea_ca_file)
+    if pem:
         try:
-            pem = Path(settings.gitea_ca_file).read_text()
             context.load_verify_locations(cadata=pem)
-        except ssl.SSLError:
-            reason = "no PEM certificate in it"
-        except OSError as exc:
-            reason = exc.strerror or type(exc).__name__
-        except ValueError:  # not text
-            reason = "no PEM certificate in it"
-        if reason:
-            print(f"reconciler: GRS_GITEA_CA_FILE={settings.gitea_ca_file}: {reason}", file=sys.stderr)
-            raise SystemExit(2)
-    return Egress.of(ca_pem=pem, environ=os.environ), context
+        except (ssl.SSLError, ValueError):
+            _exit("GRS_GITEA_CA_FILE", settings.gitea_ca_file, "no PEM certificate in it")
+    cache = None
+    if settings.runner_cache_url:
+        secret = _read("GRS_RUNNER_CACHE_SECRET_FILE", settings.runner_cache_secret_file).strip()
+        cache = RunnerCache(settings.runner_cache_url, secret=secret, secret_name=settings.runner_cache_secret_name)
+    return Egress.of(ca_pem=pem, environ=os.environ, cache=cache), context
+
+
+def _read(variable: str, path: str | None) -> str:
+    """The text of the file a setting names ("" when it names none); exits 2 when it cannot be read."""
+    if not path:
+        return ""
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        _exit(variable, path, exc.strerror or type(exc).__name__)
+    except ValueError:  # not text
+        _exit(variable, path, "not a text file")
+
+
+def _exit(variable: str, path: str | None, reason: str) -> NoReturn:
+    print(f"reconciler: {variable}={path}: {reason}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 async def serve(settings: Settings) -> None:

@@ -1,11 +1,13 @@
-"""Pure: the way out to Gitea, for the reconciler and its runners: CA certificates to trust, and proxies.
+"""Pure: the way out to Gitea, for the reconciler and its runners: CA certificates to trust, and proxies;
+and the shared cache the runners use, if the install has one (`runner_cache`).
 
-Owns: `Egress` (read once at start by `__main__`: `GRS_GITEA_CA_FILE`, and the reconciler's own
-HTTP_PROXY, HTTPS_PROXY and NO_PROXY), the env it gives a runner Pod's containers, and where the
-runner's CA files are. The certificates travel in the register container's env (they are public) and
-the register step writes them, with the image's own bundle, onto the runner's state volume; the env
-then points every client a runner runs at them: Go's (act_runner's registration, fetches and `uses:`
-clones), git, curl, Python's requests, and node (which adds rather than replaces). Must not do I/O.
+Owns: `Egress` (read once at start by `__main__`: `GRS_GITEA_CA_FILE`, the reconciler's own
+HTTP_PROXY, HTTPS_PROXY and NO_PROXY, and `GRS_RUNNER_CACHE_*`), the env it gives a runner Pod's
+containers, and where the runner's CA files are. The certificates travel in the register container's
+env (they are public) and the register step writes them, with the image's own bundle, onto the
+runner's state volume; the env then points every client a runner runs at them: Go's (act_runner's
+registration, fetches and `uses:` clones), git, curl, Python's requests, and node (which adds rather
+than replaces). Must not do I/O.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from reconciler.runner_cache import RunnerCache
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 CA_ENV = "GRS_CA_CERTS"  # the register step's copy of the certificates (PEM)
@@ -26,20 +30,22 @@ _EXTRA_VARS = ("NODE_EXTRA_CA_CERTS",)
 
 @dataclass(frozen=True, slots=True)
 class Egress:
-    """CA certificates (PEM, "" for none) and proxy settings ((name, value), upper-case names)."""
+    """CA certificates (PEM, "" for none), proxy settings ((name, value), upper-case names), and the
+    shared cache (None for none)."""
 
     ca_pem: str = ""
     proxy: tuple[tuple[str, str], ...] = ()
+    cache: RunnerCache | None = None
 
     @classmethod
-    def of(cls, *, ca_pem: str = "", environ: Mapping[str, str]) -> Egress:
+    def of(cls, *, ca_pem: str = "", environ: Mapping[str, str], cache: RunnerCache | None = None) -> Egress:
         """From the certificates and a process environment (a proxy variable in either case)."""
         proxy = []
         for name in PROXY_VARS:
             value = environ.get(name) or environ.get(name.lower()) or ""
             if value:
                 proxy.append((name, value))
-        return cls(ca_pem=ca_pem.strip(), proxy=tuple(proxy))
+        return cls(ca_pem=ca_pem.strip(), proxy=tuple(proxy), cache=cache)
 
     @property
     def digest(self) -> str:
@@ -47,10 +53,12 @@ class Egress:
         if not self:
             return ""
         text = self.ca_pem + "".join(f"\n{k}={v}" for k, v in self.proxy)
+        if self.cache:
+            text += f"\ncache={self.cache.digest}"
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def __bool__(self) -> bool:
-        return bool(self.ca_pem or self.proxy)
+        return bool(self.ca_pem or self.proxy or self.cache)
 
     def proxy_env(self) -> list[dict[str, Any]]:
         """The proxy variables, in both cases (curl and git read only the lower-case ones)."""
@@ -67,11 +75,13 @@ class Egress:
         ]
 
     def register_env(self, state_dir: str) -> list[dict[str, Any]]:
-        """The register step's: the certificates to write, where, and the rest as the runner's."""
+        """The register step's: the certificates to write, where, the rest as the runner's, and the
+        cache settings to write into the runner's config."""
+        cache = self.cache.register_env(state_dir) if self.cache else []
         if not self.ca_pem:
-            return self.proxy_env()
+            return self.proxy_env() + cache
         written = [{"name": CA_ENV, "value": self.ca_pem}, {"name": CA_DIR_ENV, "value": f"{state_dir}/.ca"}]
-        return [*written, *self.ca_env(state_dir), *self.proxy_env()]
+        return [*written, *self.ca_env(state_dir), *self.proxy_env(), *cache]
 
 
 DIRECT = Egress()  # no CA certificates of our own, no proxy

@@ -237,11 +237,13 @@ class Kube:
             raise PermanentError(f"Secret {namespace}/{name} has no key {key!r}")
         return base64.b64decode(data[key]).decode("utf-8").strip()
 
-    async def ensure_secret_key(self, namespace: str, name: str, key: str, make: Callable[[], str]) -> bool:
-        """Give Secret `name` the key `key` (value `make()`) unless it has one; True if it wrote.
+    async def ensure_secret_key(
+        self, namespace: str, name: str, key: str, make: Callable[[], str], *, replace: bool = False
+    ) -> bool:
+        """Give Secret `name` the key `key` (value `make()`) unless it has one (`replace`: that value).
 
-        Creates the Secret if it is missing; an existing value is never replaced, so this is safe to run on
-        every install and upgrade. Values never appear in errors.
+        True if it wrote. Creates the Secret if it is missing; without `replace` an existing value is never replaced, so
+        this is safe to run on every install and upgrade. Values never appear in errors.
         """
         try:
             secret = await self.core.read_namespaced_secret(name, namespace, _request_timeout=REQUEST_TIMEOUT)
@@ -249,9 +251,12 @@ class Kube:
             if exc.status != 404:
                 raise classify(exc) from None
             secret = None
-        if secret is not None and key in (secret.data or {}):
+        current = (secret.data or {}).get(key) if secret is not None else None
+        if current is not None and not replace:
             return False
         value = base64.b64encode(make().encode()).decode()
+        if current == value:
+            return False
         try:
             if secret is None:
                 body = {

@@ -27,6 +27,7 @@ from reconciler.dind import add_dind_sidecar, is_dind
 from reconciler.egress import DIRECT, WRITE_CA, Egress, owned_names
 from reconciler.labels import effective_labels
 from reconciler.names import runner_name
+from reconciler.runner_cache import CONFIG_FILE, WRITE_CONFIG
 from reconciler.spec import RunnerGroupSpec
 
 GROUP_LABEL = "gitea.bpg.pw/runnergroup-name"
@@ -88,6 +89,7 @@ runner=$(command -v act_runner || command -v gitea-runner) || {
 cd "$GRS_STATE_DIR" || exit 1
 """
     + WRITE_CA
+    + WRITE_CONFIG
     + r"""state="${RUNNER_STATE_FILE:-.runner}"
 rm -f "$state"
 set -- register --no-interactive --ephemeral --instance "$GITEA_INSTANCE_URL" --name "$GITEA_RUNNER_NAME"
@@ -147,10 +149,11 @@ def runner_env(spec: RunnerGroupSpec, *, name: str) -> list[dict[str, Any]]:
 
 
 def _register_container(spec: RunnerGroupSpec, runner: dict[str, Any], *, name: str, egress: Egress) -> dict[str, Any]:
-    """The init container that registers the runner: the runner's image, its `CONFIG_FILE` and
-    security context, the way out to Gitea (`egress`), and the only place the registration token is."""
+    """The init container that registers the runner: the runner's image, its `CONFIG_FILE`, volume
+    mounts (where that file may be) and security context, the way out to Gitea and the shared cache
+    (`egress`), and the only place the registration token is."""
     token = spec.registration_token.secret_ref
-    config = [e for e in runner.get("env") or [] if e.get("name") in ("CONFIG_FILE", "RUNNER_STATE_FILE")]
+    config = [e for e in runner.get("env") or [] if e.get("name") in (CONFIG_FILE, "RUNNER_STATE_FILE")]
     container: dict[str, Any] = {
         "name": REGISTER_CONTAINER,
         "image": spec.image,
@@ -166,7 +169,7 @@ def _register_container(spec: RunnerGroupSpec, runner: dict[str, Any], *, name: 
             *config,
             *egress.register_env(STATE_DIR),
         ],
-        "volumeMounts": [{"name": STATE_VOLUME, "mountPath": STATE_DIR}],
+        "volumeMounts": copy.deepcopy(runner["volumeMounts"]),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     for key in ("imagePullPolicy", "securityContext", "resources"):
@@ -262,8 +265,11 @@ def _pod_template(spec: RunnerGroupSpec, *, name: str, labels: dict[str, str], e
     mine = {str(e.get("name")).upper() for e in user_env} & owned_names(egress, STATE_DIR)
     out = [e for e in egress.ca_env(STATE_DIR) + egress.proxy_env() if e["name"].upper() not in mine]
     container["env"] = runner_env(spec, name=name) + out + user_env
-    register = _register_container(spec, container, name=name, egress=egress)
     _add_state_volume(pod, container)
+    register = _register_container(spec, container, name=name, egress=egress)
+    if egress.cache:  # the register step merged the podTemplate's config (or the image's) into this one
+        container["env"] = [e for e in container["env"] if e.get("name") != CONFIG_FILE]
+        container["env"] += egress.cache.runner_env(STATE_DIR)
     # Nothing else in the Pod may see the register container's processes (and its token argument).
     pod["shareProcessNamespace"] = False
     # A runner that fails says why in its last log lines; they become the Pod's termination message,

@@ -22,6 +22,7 @@ from reconciler.manifests import build_job
 from reconciler.names import job_name, runner_retry, runner_suffix
 from reconciler.objects import GroupObject, JobObject
 from reconciler.plan import Create
+from reconciler.runner_cache import SECRET_KEY
 from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.status import SEAT_EPOCH
@@ -37,6 +38,7 @@ from webhook_scaler.coordination import (
 )
 
 log = logging.getLogger(__name__)
+SHARE_EVERY_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,7 @@ class Seating:
         self.kube = kube
         self.claim_ttl_ms = int(claim_ttl_s * 1000)
         self.taker = f"{replica or 'reconciler'}/{uuid.uuid4().hex[:12]}"  # this process, for its seats
+        self._shared: dict[str, float] = {}  # runner namespace -> when its cache Secret was last made right
 
     async def beat_forever(self) -> None:
         """Keep this process's heartbeat, so that its seats are not taken for abandoned ones."""
@@ -158,6 +161,7 @@ class Seating:
         """Start one runner: "created", "exists" (409: it is there already) or why not ("claimed", "full",
         "epoch", "late"). The claim of a runner that exists is the caller's to confirm (`confirm`)."""
         started = time.monotonic()
+        await self.share_cache_secret(group.namespace)
         if c.job_id is not None and c.stale_claim:
             await self.coordination.release(c.job_id, holder=c.stale_claim)
         taken = await self.coordination.take(
@@ -190,6 +194,16 @@ class Seating:
         if outcome == "late":
             await self._drop(group, c, name)
         return outcome
+
+    async def share_cache_secret(self, namespace: str) -> None:
+        """Keep the cache server's secret in the runner namespace's Secret, which its runners read: made
+        or mended before the first runner there, then again every few minutes (a rotated secret, a
+        deleted Secret)."""
+        cache = self.egress.cache
+        if not cache or not cache.secret or time.monotonic() - self._shared.get(namespace, -1e9) < SHARE_EVERY_S:
+            return
+        await self.kube.ensure_secret_key(namespace, cache.secret_name, SECRET_KEY, lambda: cache.secret, replace=True)
+        self._shared[namespace] = time.monotonic()
 
     async def confirm(self, outcomes: Iterable[tuple[Create, str, object]]) -> None:
         """Make the claims of runners that exist now (create outcomes "created" or "exists") last the

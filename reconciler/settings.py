@@ -35,6 +35,26 @@ class Settings(RedisSettings):
             "and given to every runner for its registration, fetches and clones."
         ),
     )
+    runner_cache_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^\s\"\\]+$",
+        description=(
+            "URL of the act_runner cache server every runner uses for actions/cache (its "
+            "`cache.external_server`); unset = each runner's own, empty one."
+        ),
+    )
+    runner_cache_secret_file: str | None = Field(
+        None,
+        description=(
+            "File holding the secret the cache server and its runners share (act_runner 1.x needs one); "
+            "the reconciler keeps a copy in each runner namespace (GRS_RUNNER_CACHE_SECRET_NAME)."
+        ),
+    )
+    runner_cache_secret_name: str = Field(
+        "gitea-runner-cache",
+        pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+        description="The Secret, in each runner namespace, with the cache server's secret (key `secret`).",
+    )
     claim_ttl: float = Field(
         300.0, ge=5, description="Seconds a job's claim lasts once its runner Job exists; then a runner is retried."
     )

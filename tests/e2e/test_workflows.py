@@ -10,23 +10,29 @@ Gitea's conclusions and what the job's steps printed in their logs.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import secrets
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e import actions
 from tests.e2e.docker_mode import Images, docker_spec, privileged, serving_images
 from tests.e2e.node_stack import NodeStack, start_gitea, wait_for, workflow
 from tests.e2e.watch import RunnerWatch
-from tests.kube_cluster import api_request, api_text, runner_of
+from tests.kube_cluster import api_request, api_text, peer, runner_of
 from tests.node.cluster import NODE_IP, NodeCluster, image, running_node
 from tests.node.pki import Authority
 
 pytestmark = [pytest.mark.node, pytest.mark.usefixtures("cleared")]
 
+CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gitea-runner-scaler"
+FULL = "grs-gitea-runner-scaler"  # the chart's names for release "grs"
 # The upstream act_runner image shapes (tests/images/upstream): release series -> its runner binary.
 UPSTREAM = {"upstream0": "act_runner", "upstream1": "gitea-runner"}
 
@@ -48,8 +54,41 @@ def images(node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 @pytest.fixture(scope="module")
 def published(stack: NodeStack, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """actions/checkout in the test Gitea."""
-    actions.publish(stack.gitea, tmp_path_factory.mktemp("actions"), ("checkout",))
+    """actions/checkout and actions/cache in the test Gitea."""
+    actions.publish(stack.gitea, tmp_path_factory.mktemp("actions"), ("checkout", "cache"))
+
+
+@pytest.fixture(scope="module")
+def cache_server(stack: NodeStack, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The chart's cache server (its Deployment and Service as `helm template` renders them, with an
+    emptyDir) on the runner image (act_runner 1.x), in a namespace of its own with the Secret the
+    chart's hook would make; the reconciler settings the chart would give."""
+    ns, secret = stack.namespace("cache"), secrets.token_urlsafe(24)
+    repository, _, tag = image("runner")[0].rpartition(":")
+    sets = ("cache.enabled=true", "cache.persistence.enabled=false", f"cache.image.repository={repository}",
+            f"cache.image.tag={tag}")  # fmt: skip
+    args = [str(peer("helm")), "template", "grs", str(CHART), "-n", ns, "--show-only", "templates/cache.yaml"]
+    rendered = subprocess.run([*args, *(a for s in sets for a in ("--set", s))], capture_output=True, text=True)
+    assert rendered.returncode == 0, rendered.stderr
+    data = {"cache-secret": base64.b64encode(secret.encode()).decode()}
+    body = {"metadata": {"name": f"{FULL}-cache"}, "data": data}
+    assert api_request(stack.node, "POST", f"/api/v1/namespaces/{ns}/secrets", body)[0] == 201
+    for doc in yaml.safe_load_all(rendered.stdout):
+        where = "/apis/apps/v1" if doc["kind"] == "Deployment" else "/api/v1"
+        assert api_request(stack.node, "POST", f"{where}/namespaces/{ns}/{doc['kind'].lower()}s", doc)[0] == 201
+
+    def ready() -> bool:
+        pods = stack.pods(ns)
+        return bool(pods) and all(c.get("ready") for p in pods for c in p["status"].get("containerStatuses") or [{}])
+
+    wait_for(ready, timeout=60, what="the cache server ready")
+    path = tmp_path_factory.mktemp("cache") / "secret"
+    path.write_text(secret)
+    return {
+        "GRS_RUNNER_CACHE_URL": f"http://{FULL}-cache.{ns}.svc.cluster.local:8088/",
+        "GRS_RUNNER_CACHE_SECRET_FILE": str(path),
+        "GRS_RUNNER_CACHE_SECRET_NAME": f"{FULL}-runner-cache",
+    }
 
 
 def docker_group(stack: NodeStack, images: Images, *, name: str) -> tuple[str, str, RunnerWatch]:
@@ -125,6 +164,58 @@ def test_container_services_and_docker_build_jobs_go_green_in_docker_mode(
     (daemon,) = [c for c in pod["initContainers"] if c["name"] == "dind"]
     assert f"--insecure-registry={images.registry}" in daemon["args"], daemon["args"]
     assert "securityContext" not in pod["containers"][0], "the runner itself is not privileged"
+
+
+CACHED = """\
+name: cache
+on: [push]
+jobs:
+  cached:
+    runs-on: {label}
+    steps:
+      - id: deps
+        uses: actions/cache@v4
+        with:
+          path: deps
+          key: deps-v1
+      - if: steps.deps.outputs.cache-hit != 'true'
+        run: mkdir -p deps && echo "made in run ${{{{ github.run_number }}}}" > deps/made.txt
+      - run: echo "the cache holds $(cat deps/made.txt)"
+"""
+
+
+def test_actions_cache_restores_on_a_later_runner_what_an_earlier_one_saved_and_only_in_its_repository(
+    stack: NodeStack, images: Images, published: None, cache_server: dict[str, str]
+) -> None:
+    """Ephemeral runners share the chart's cache server: run 1 misses and saves, run 2 (another runner)
+    restores it. act_runner 1.x's server keeps repositories apart: another repository's run misses."""
+    with stack.reconfigured(**cache_server):
+        ns, label, watch = docker_group(stack, images, name="cached")
+        try:
+            repo, other = stack.repo(), stack.repo()
+            first = stack.push(repo, CACHED.format(label=label))
+            assert stack.wait_run(repo, first, timeout=300)["conclusion"] == "success", _logs(stack, repo, first)
+            second = stack.push(repo, CACHED.format(label=label) + "# again\n")
+            elsewhere = stack.push(other, CACHED.format(label=label))
+            runs = {(repo, second): None, (other, elsewhere): None}
+            for r, run_id in runs:
+                assert stack.wait_run(r, run_id, timeout=300)["conclusion"] == "success", _logs(stack, r, run_id)
+            wait_for(lambda: not watch.alive, timeout=60, what="every runner finished")
+        finally:
+            watch.stop()
+    one, two, three = _logs(stack, repo, first), _logs(stack, repo, second), _logs(stack, other, elsewhere)
+    assert "Cache not found for input keys: deps-v1" in one and "Cache saved with key: deps-v1" in one, one[-3000:]
+    assert "Cache restored from key: deps-v1" in two, two[-3000:]
+    made = stack.run(repo, first)["run_number"]
+    assert f"the cache holds made in run {made}" in two and f"made in run {made}" in one, two[-3000:]
+    assert "Cache not found for input keys: deps-v1" in three, "another repository's entries are not ours"
+    assert len(watch.seen) == 3, "each run on a runner of its own"
+    secret = api_request(stack.node, "GET", f"/api/v1/namespaces/{ns}/secrets/{FULL}-runner-cache")
+    assert secret[0] == 200, "the reconciler keeps the shared secret beside the runners"
+
+
+def _logs(stack: NodeStack, repo: str, run_id: int) -> str:
+    return "\n".join(stack.job_log(repo, j["id"]) for j in stack.jobs(repo, run_id))
 
 
 @pytest.mark.parametrize("shape", list(UPSTREAM))

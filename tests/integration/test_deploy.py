@@ -41,6 +41,7 @@ CHART = ROOT / "deploy" / "helm" / "gitea-runner-scaler"
 KUBE_VERSION = "1.36.3"
 RELEASE = "grs"
 VALUES = sorted((CHART / "ci").glob("*.yaml"))
+FULL = f"{RELEASE}-gitea-runner-scaler"
 RECONCILER = f"{RELEASE}-gitea-runner-scaler-reconciler"  # its Deployment
 
 
@@ -100,6 +101,24 @@ def test_plain_manifests_are_current(tmp_path: Path) -> None:
     )
 
 
+def _hardened(workload: dict[str, Any]) -> None:
+    """Meets the `restricted` Pod Security profile, with limits and probes, and its secrets in refs."""
+    pod = workload["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for c in pod["containers"]:
+        sc = c["securityContext"]
+        assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert c["resources"]["limits"]["memory"]
+        assert "livenessProbe" in c and "readinessProbe" in c
+        for env in c.get("env", []):
+            if env["name"].endswith("_FILE"):  # a mounted Secret's path
+                assert env["value"].startswith("/etc/gitea-runner-scaler/"), env
+            elif "SECRET" in env["name"] or "PASSWORD" in env["name"]:
+                assert ("value" not in env and "secretKeyRef" in env["valueFrom"]) or env["name"].endswith("_NAME"), env
+
+
 def test_defaults_are_hardened_and_keep_secrets_in_refs() -> None:
     docs = render("ci")
     workloads = [d for d in docs if d["kind"] in ("Deployment", "StatefulSet")]
@@ -109,20 +128,7 @@ def test_defaults_are_hardened_and_keep_secrets_in_refs() -> None:
         "grs-gitea-runner-scaler-redis",
     }
     for w in workloads:
-        pod = w["spec"]["template"]["spec"]
-        assert pod["securityContext"]["runAsNonRoot"] is True
-        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-        for c in pod["containers"]:
-            sc = c["securityContext"]
-            assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
-            assert sc["capabilities"] == {"drop": ["ALL"]}
-            assert c["resources"]["limits"]["memory"]
-            assert "livenessProbe" in c and "readinessProbe" in c
-            for env in c.get("env", []):
-                if env["name"].endswith("_FILE"):  # a mounted Secret's path
-                    assert env["value"].startswith("/etc/gitea-runner-scaler/"), env
-                elif "SECRET" in env["name"] or "PASSWORD" in env["name"]:
-                    assert "value" not in env and "secretKeyRef" in env["valueFrom"], env
+        _hardened(w)
     kinds = {d["kind"] for d in docs}
     assert {"PodDisruptionBudget", "Role", "RoleBinding", "CustomResourceDefinition"} <= kinds
     assert "ClusterRole" not in kinds and "Ingress" not in kinds and "NetworkPolicy" not in kinds
@@ -202,6 +208,38 @@ def test_the_gitea_ca_and_the_proxy_reach_the_reconciler() -> None:
     (default,) = [d for d in render("ci") if _is_reconciler(d)]
     assert not {"GRS_GITEA_CA_FILE", "HTTPS_PROXY"} & set(_env(default))
     assert "volumes" not in default["spec"]["template"]["spec"]
+
+
+def test_the_shared_cache_server_is_hardened_and_its_secret_reaches_the_runner_namespaces() -> None:
+    docs = render("ci", CHART / "ci" / "full-values.yaml")
+    by_name = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    cache = by_name["Deployment", f"{FULL}-cache"]
+    _hardened(cache)
+    (server,) = cache["spec"]["template"]["spec"]["containers"]
+    assert server["env"] == [
+        {"name": "CACHE_SECRET", "valueFrom": {"secretKeyRef": {"name": f"{FULL}-cache", "key": "cache-secret"}}}
+    ]
+    address = f"{FULL}-cache.ci.svc.cluster.local"
+    assert "cache-server --config /run/cache-server/config.yaml --dir /cache" in server["args"][0]
+    assert f"--host {address} --port 8088" in server["args"][0]
+    claim = by_name["PersistentVolumeClaim", f"{FULL}-cache"]
+    assert claim["spec"]["storageClassName"] == "fast" and claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
+    assert by_name["Service", f"{FULL}-cache"]["spec"]["ports"][0]["port"] == 8088
+    env = _env(by_name["Deployment", RECONCILER])
+    assert env["GRS_RUNNER_CACHE_URL"] == f"http://{address}:8088/"
+    assert env["GRS_RUNNER_CACHE_SECRET_FILE"] == "/etc/gitea-runner-scaler/runner-cache/cache-secret"
+    assert env["GRS_RUNNER_CACHE_SECRET_NAME"] == f"{FULL}-runner-cache"
+    # The reconciler keeps the runners' copy in the namespaces whose Secrets it may read, and no other.
+    for ns in ("ci", "team-a"):
+        role = next(d for d in docs if d["kind"] == "Role" and d["metadata"]["namespace"] == ns and not _hook(d))
+        granted = [(r["verbs"], r.get("resourceNames")) for r in role["rules"]]
+        assert granted == [(["get"], None), (["create"], None), (["patch"], [f"{FULL}-runner-cache"])], granted
+    job = next(d for d in docs if d["kind"] == "Job")
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"][-1] == f"{FULL}-cache:cache-secret"
+    assert by_name["NetworkPolicy", f"{FULL}-cache"]["spec"]["ingress"][0]["from"][0]["podSelector"] == {
+        "matchLabels": {"gitea.bpg.pw/managed-by": "gitea-runner-scaler"}
+    }
+    assert not [d for d in render("ci") if "cache" in d["metadata"]["name"]], "off by default"
 
 
 def test_pod_values_reach_every_pod_and_drains_are_never_blocked() -> None:

@@ -24,12 +24,14 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from reconciler.controller import Controller
+from reconciler.egress import DIRECT, Egress
 from reconciler.giteaapi import GiteaClient
 from reconciler.informers import Informer
 from reconciler.kube import Kube, api_client
 from reconciler.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, GroupRef, build_job
 from reconciler.metrics import Metrics
 from reconciler.objects import job_from
+from reconciler.runner_cache import RunnerCache
 from reconciler.settings import Settings
 from reconciler.state import GroupState
 from tests.fake_gitea import FakeGitea
@@ -126,7 +128,9 @@ def _stacks() -> str:
 
 
 @contextlib.asynccontextmanager
-async def running_controller(kubeconfig: Path, redis_url: str, ns: str, **kw: Any) -> AsyncIterator[Controller]:
+async def running_controller(
+    kubeconfig: Path, redis_url: str, ns: str, *, egress: Egress = DIRECT, **kw: Any
+) -> AsyncIterator[Controller]:
     options: dict[str, Any] = {"poll_enabled": False, "resync_interval": 2, "listen_port": 0} | kw
     settings = Settings(kubeconfig=str(kubeconfig), redis_url=redis_url, watch_namespace=ns, **options)
     api = await api_client(settings.kubeconfig)
@@ -138,6 +142,7 @@ async def running_controller(kubeconfig: Path, redis_url: str, ns: str, **kw: An
             store=JobStore(redis),
             gitea=GiteaClient(session),
             metrics=Metrics.create(CollectorRegistry()),
+            egress=egress,
         )
         task = asyncio.create_task(controller.run())
         try:
@@ -291,6 +296,34 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
         await passes(controller)
         assert len(runner_jobs(kube, ns)) == 3
         await eventually(lambda: events(kube, ns, "RunnerCreated"))  # sent once no create is in flight
+
+
+def _cache_secret(kube: KubeCluster, ns: str) -> str | None:
+    status, body = api_request(kube, "GET", f"/api/v1/namespaces/{ns}/secrets/grs-runner-cache")
+    return base64.b64decode(body["data"]["secret"]).decode() if status == 200 else None
+
+
+async def test_the_cache_servers_secret_is_kept_in_the_runner_namespace_before_its_runners_start(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    """Runners read the shared secret from a Secret beside them, which the controller makes before the
+    first runner and mends when the secret it was given changed (a rotation, a restart)."""
+    ns = namespace(kube)
+    create_group(kube, ns, "builders", defaultLabels=[])
+    cache = RunnerCache("http://cache.grs.svc:8088/", secret="first-secret", secret_name="grs-runner-cache")
+    await queue(redis, 31, labels=["k8s"])
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, egress=Egress(cache=cache)):
+        (job,) = await eventually(lambda: runner_jobs(kube, ns))
+        assert _cache_secret(kube, ns) == "first-secret"
+    (register,) = job["spec"]["template"]["spec"]["initContainers"]
+    given = {e["name"]: e.get("valueFrom") for e in register["env"]}
+    assert given["GRS_CACHE_SECRET"] == {"secretKeyRef": {"name": "grs-runner-cache", "key": "secret"}}
+    assert "first-secret" not in json.dumps(job)
+    rotated = RunnerCache(cache.url, secret="second-secret", secret_name=cache.secret_name)
+    await queue(redis, 32, labels=["k8s"])
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, egress=Egress(cache=rotated)):
+        await eventually(lambda: len(runner_jobs(kube, ns)) == 2)
+        assert _cache_secret(kube, ns) == "second-secret"
 
 
 async def test_a_runnergroup_written_for_gitea_runner_operator_applies_unchanged_and_runs(

@@ -21,6 +21,7 @@ from reconciler.egress import DIRECT, Egress
 from reconciler.manifests import JOB_ID_ANNOTATION, GroupRef, build_job, template_hash
 from reconciler.names import job_name, job_of_runner
 from reconciler.objects import job_from
+from reconciler.runner_cache import RunnerCache
 from reconciler.spec import RunnerGroupSpec, parse_duration
 from tests import groups
 from tests.groups import REFUSED, changed, operator_form, spec_dict
@@ -275,3 +276,32 @@ def test_runners_reach_gitea_through_the_given_proxies_and_trust_the_given_ca() 
     assert not {"SSL_CERT_FILE", "HTTPS_PROXY", "GRS_CA_CERTS"} & {
         e["name"] for c in plain["containers"] + plain["initContainers"] for e in c["env"]
     }
+
+
+def test_runners_use_the_shared_cache_through_a_config_merged_from_their_own() -> None:
+    """The register step gets the cache URL and the secret (by reference only) and the podTemplate's
+    `CONFIG_FILE` with the mount it lives on; the runner gets the merged config in its place."""
+    cache = RunnerCache("http://cache.ci.svc:8088/", secret="s3cret-value", secret_name="grs-runner-cache")
+    mount = {"name": "config", "mountPath": "/config"}
+    template = {
+        "spec": {
+            "containers": [
+                {"name": "runner", "env": [{"name": "CONFIG_FILE", "value": "/config/c.yaml"}], "volumeMounts": [mount]}
+            ]
+        }
+    }
+    s = spec(podTemplate=template)
+    job = build_job(REF, s, name="builders-1-ab12", job_id=1, egress=Egress(cache=cache))
+    pod = job["spec"]["template"]["spec"]
+    runner, (register,) = pod["containers"][0], pod["initContainers"]
+    assert [e for e in runner["env"] if e["name"] == "CONFIG_FILE"] == [
+        {"name": "CONFIG_FILE", "value": "/data/.grs/config.yaml"}
+    ]
+    given = {e["name"]: e.get("value", e.get("valueFrom")) for e in register["env"]}
+    assert given["CONFIG_FILE"] == "/config/c.yaml" and mount in register["volumeMounts"]
+    assert given["GRS_CACHE_URL"] == "http://cache.ci.svc:8088/"
+    assert given["GRS_CACHE_SECRET"] == {"secretKeyRef": {"name": "grs-runner-cache", "key": "secret"}}
+    assert "s3cret-value" not in json.dumps(job) + repr(cache), "the secret goes by reference only"
+    assert template_hash(s, Egress(cache=cache)) != template_hash(s), "a new cache replaces warm runners"
+    rotated = RunnerCache(cache.url, secret="rotated", secret_name=cache.secret_name)
+    assert template_hash(s, Egress(cache=rotated)) != template_hash(s, Egress(cache=cache))

@@ -9,6 +9,7 @@ import pytest
 
 from reconciler.__main__ import egress
 from reconciler.egress import Egress
+from reconciler.runner_cache import RunnerCache
 from reconciler.settings import Settings
 from tests.node.pki import Authority
 
@@ -41,3 +42,28 @@ def test_proxies_come_from_the_usual_variables_in_either_case() -> None:
     way_out = Egress.of(environ={"http_proxy": "http://p:3128", "HTTPS_PROXY": "http://q:3128", "PATH": "/bin"})
     assert way_out.proxy == (("HTTP_PROXY", "http://p:3128"), ("HTTPS_PROXY", "http://q:3128"))
     assert not Egress.of(environ={}) and Egress.of(environ={}).digest == ""
+
+
+def test_the_runner_cache_comes_with_its_secret_from_a_file(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("shared-secret\n")
+    settings = Settings(
+        runner_cache_url="http://cache:8088/", runner_cache_secret_file=str(secret), runner_cache_secret_name="c"
+    )
+    way_out, _ = egress(settings)
+    assert way_out.cache is not None and way_out.cache.secret == "shared-secret" and way_out.cache.secret_name == "c"
+    assert egress(Settings(runner_cache_url="http://cache:8088/"))[0].cache == RunnerCache("http://cache:8088/")
+    assert egress(Settings())[0].cache is None
+
+
+def test_a_cache_secret_file_that_cannot_be_read_stops_the_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "secret"
+    with pytest.raises(SystemExit) as stopped:
+        egress(Settings(runner_cache_url="http://cache:8088/", runner_cache_secret_file=str(missing)))
+    assert stopped.value.code == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == f"reconciler: GRS_RUNNER_CACHE_SECRET_FILE={missing}: No such file or directory"
+    )

@@ -42,6 +42,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{- define "grs.cacheSecretName" -}}
+{{- .Values.cache.secret.existingSecret | default (printf "%s-cache" (include "grs.fullname" .)) -}}
+{{- end -}}
+
 {{- define "grs.redisSecretKey" -}}
 {{- if .Values.redis.enabled -}}{{ .Values.redis.auth.key }}{{- else -}}{{ .Values.redis.external.key }}{{- end -}}
 {{- end -}}
@@ -67,6 +71,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- if and .Values.redis.enabled (not .Values.redis.auth.existingSecret) -}}
 {{- $out = append $out (printf "%s:%s" (include "grs.redisSecretName" .) .Values.redis.auth.key) -}}
+{{- end -}}
+{{- if and .Values.cache.enabled (not .Values.cache.secret.existingSecret) -}}
+{{- $out = append $out (printf "%s:%s" (include "grs.cacheSecretName" .) .Values.cache.secret.key) -}}
 {{- end -}}
 {{- join " " $out -}}
 {{- end -}}
@@ -152,6 +159,14 @@ checksum/redis-password: {{ include "grs.liveChecksum" (dict "root" . "name" $ex
 {{- define "grs.webhookChecksum" -}}
 {{- with .Values.webhook.secret.existingSecret -}}
 checksum/webhook-secret: {{ include "grs.liveChecksum" (dict "root" $ "name" . "key" $.Values.webhook.secret.key) | quote }}
+{{- end -}}
+{{- end -}}
+
+{{- define "grs.cacheChecksum" -}}
+{{- if .Values.cache.enabled -}}
+{{- with .Values.cache.secret.existingSecret -}}
+checksum/cache-secret: {{ include "grs.liveChecksum" (dict "root" $ "name" . "key" $.Values.cache.secret.key) | quote }}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
