@@ -55,10 +55,12 @@ def privileged(stack: NodeStack, ns: str) -> None:
 
 
 def docker_spec(images: Images, label: str) -> dict[str, Any]:
-    """RunnerGroup spec fields: `containerMode: dind`, and `label` running jobs in the job image."""
+    """RunnerGroup spec fields: `containerMode: dind` (its daemon told about the registry, and using
+    it as its Docker Hub mirror), and `label` running jobs in the job image."""
     return {
         "labels": [f"{label}:docker://{images.job}"],
         "containerMode": "dind",
         "dindImage": images.daemon,
-        "dindArgs": [f"--insecure-registry={images.registry}"],
+        # The registry as a mirror of Docker Hub too: an image named as on Docker Hub comes from there.
+        "dindArgs": [f"--insecure-registry={images.registry}", f"--registry-mirror=http://{images.registry}"],
     }

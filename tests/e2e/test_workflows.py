@@ -59,7 +59,7 @@ def published(stack: NodeStack, tmp_path_factory: pytest.TempPathFactory) -> Non
 
 
 @pytest.fixture(scope="module")
-def cache_server(stack: NodeStack, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def cache_server(stack: NodeStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The chart's cache server (its Deployment and Service as `helm template` renders them, with an
     emptyDir) on the runner image (act_runner 1.x), in a namespace of its own with the Secret the
     chart's hook would make; the reconciler settings the chart would give."""
@@ -84,11 +84,13 @@ def cache_server(stack: NodeStack, tmp_path_factory: pytest.TempPathFactory) -> 
     wait_for(ready, timeout=60, what="the cache server ready")
     path = tmp_path_factory.mktemp("cache") / "secret"
     path.write_text(secret)
-    return {
+    yield {
         "GRS_RUNNER_CACHE_URL": f"http://{FULL}-cache.{ns}.svc.cluster.local:8088/",
         "GRS_RUNNER_CACHE_SECRET_FILE": str(path),
         "GRS_RUNNER_CACHE_SECRET_NAME": f"{FULL}-runner-cache",
     }
+    api_request(stack.node, "DELETE", f"/apis/apps/v1/namespaces/{ns}/deployments/{FULL}-cache")
+    wait_for(lambda: not stack.pods(ns), timeout=60, what="the cache server gone")
 
 
 def docker_group(stack: NodeStack, images: Images, *, name: str) -> tuple[str, str, RunnerWatch]:
@@ -140,7 +142,9 @@ def test_container_services_and_docker_build_jobs_go_green_in_docker_mode(
     ns, label, watch = docker_group(stack, images, name="docker")
     try:
         repo = stack.repo()  # its first commit has a README.md starting "# <name>"
-        run_id = stack.push(repo, DOCKER_JOBS.format(label=label, redis=images.redis, job=images.job))
+        # The service's image is named as on Docker Hub: the daemon pulls it through its mirror.
+        hub_redis = images.redis.split("/", 1)[1]
+        run_id = stack.push(repo, DOCKER_JOBS.format(label=label, redis=hub_redis, job=images.job))
         first = wait_for(lambda: stack.runner_jobs(ns), timeout=30, what="a runner Job")[0]
         run = stack.wait_run(repo, run_id, timeout=300)
         wait_for(lambda: not watch.alive, timeout=60, what="every runner finished")
@@ -154,6 +158,7 @@ def test_container_services_and_docker_build_jobs_go_green_in_docker_mode(
     commit = stack.gitea.api("GET", f"/repos/{repo}/commits?limit=1")[0]["sha"]
     assert f"checked out # {repo.split('/')[1]} at {commit}" in logs["checkout"], logs["checkout"][-2000:]
     assert "the service answered +PONG" in logs["services"], logs["services"][-2000:]
+    assert f"docker pull image={hub_redis}" in logs["services"], logs["services"][-3000:]
     assert "built in a step" in logs["build"], logs["build"][-2000:]
     assert "the daemon answered through /var/run/docker.sock: 20.10" in logs["build"], logs["build"][-2000:]
     # Each job ran in the job image its runner's daemon pulled from the registry, on a runner of its own.
@@ -163,6 +168,7 @@ def test_container_services_and_docker_build_jobs_go_green_in_docker_mode(
     pod = first["spec"]["template"]["spec"]
     (daemon,) = [c for c in pod["initContainers"] if c["name"] == "dind"]
     assert f"--insecure-registry={images.registry}" in daemon["args"], daemon["args"]
+    assert f"--registry-mirror=http://{images.registry}" in daemon["args"], daemon["args"]
     assert "securityContext" not in pod["containers"][0], "the runner itself is not privileged"
 
 

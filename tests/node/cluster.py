@@ -196,11 +196,13 @@ class NodeCluster(KubeCluster):
         raise TimeoutError(f"{what}: not within {timeout}s (see {self.dir}/*.log)")
 
     def _drain(self, timeout: float = 60.0) -> None:
-        """Delete every Job and Pod while the kubelet runs, and wait until no container is left."""
+        """Delete every Deployment, Job and Pod while the kubelet runs, and wait until no container is left
+        (a Deployment's Pod deleted alone comes back)."""
         status, namespaces = api_request(self, "GET", "/api/v1/namespaces")
         if status != 200:
             return
         for ns in (n["metadata"]["name"] for n in namespaces["items"]):
+            api_request(self, "DELETE", f"/apis/apps/v1/namespaces/{ns}/deployments?propagationPolicy=Background")
             api_request(self, "DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs?propagationPolicy=Background")
             api_request(self, "DELETE", f"/api/v1/namespaces/{ns}/pods?gracePeriodSeconds=0")
         deadline = time.monotonic() + timeout
