@@ -27,6 +27,7 @@ from reconciler.kube import Kube
 from reconciler.metrics import Metrics
 from reconciler.objects import GroupObject
 from reconciler.plan import Counts
+from reconciler.pod_policy import PodPolicy
 from reconciler.settings import Settings
 from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
@@ -229,13 +230,15 @@ def _spec(group: GroupObject) -> RunnerGroupSpec | None:
     return validate(group.spec)[0]
 
 
-def validate(spec: Mapping[str, Any]) -> tuple[RunnerGroupSpec | None, str]:
-    """A spec validated, or None and what is wrong with it."""
+def validate(spec: Mapping[str, Any], policy: PodPolicy | None = None) -> tuple[RunnerGroupSpec | None, str]:
+    """A spec validated (and held to the runner Pod `policy`), or None and what is wrong with it."""
     try:
-        return RunnerGroupSpec.model_validate(dict(spec)), ""
+        valid = RunnerGroupSpec.model_validate(dict(spec))
     except ValidationError as exc:
         problems = "; ".join(
             f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
             for e in exc.errors(include_input=False)
         )
         return None, problems
+    refused = policy.violations(valid) if policy else []
+    return (None, "; ".join(refused)) if refused else (valid, "")

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from reconciler.pod_policy import PodPolicy
 from webhook_scaler.settings import RedisSettings
 
 
@@ -55,6 +56,24 @@ class Settings(RedisSettings):
         pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
         description="The Secret, in each runner namespace, with the cache server's secret (key `secret`).",
     )
+    runner_pod_allow_host_namespaces: bool = Field(
+        False, description="Runner Pods may use the host's namespaces (a podTemplate's hostPID, hostIPC, hostNetwork)."
+    )
+    runner_pod_allow_host_path: bool = Field(False, description="Runner Pods may mount hostPath volumes.")
+    runner_pod_allow_service_account: bool = Field(
+        False,
+        description=(
+            "Runner Pods may run under a service account with its token (a podTemplate's serviceAccountName, "
+            "automountServiceAccountToken, projected token volumes)."
+        ),
+    )
+    runner_pod_allow_privileged: bool = Field(
+        False, description="A podTemplate's containers may be privileged or add capabilities."
+    )
+    runner_pod_allow_docker: bool = Field(
+        True,
+        description="Allow the Docker modes (containerMode dind, a dind image); their runner Pods run privileged.",
+    )
     claim_ttl: float = Field(
         300.0, ge=5, description="Seconds a job's claim lasts once its runner Job exists; then a runner is retried."
     )
@@ -88,6 +107,17 @@ class Settings(RedisSettings):
     listen_port: int = Field(8081, ge=0, le=65535, description="Port of the metrics and health server.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
     log_format: Literal["json", "text"] = Field("json", description="Log format.")
+
+    @property
+    def pod_policy(self) -> PodPolicy:
+        """The runner Pod policy these settings give."""
+        return PodPolicy(
+            host_namespaces=self.runner_pod_allow_host_namespaces,
+            host_path=self.runner_pod_allow_host_path,
+            service_account=self.runner_pod_allow_service_account,
+            privileged=self.runner_pod_allow_privileged,
+            docker=self.runner_pod_allow_docker,
+        )
 
     @property
     def namespaces(self) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ import base64
 import logging
 import shutil
 import subprocess
+import time
 import urllib.request
 import uuid
 from functools import partial
@@ -22,11 +23,13 @@ from redis.asyncio import Redis
 
 from reconciler import secrets
 from reconciler.crd import crd
+from tests.groups import spec_dict
 from tests.integration.test_reconciler import (
     RG,
     eventually,
     group,
     group_status,
+    namespace,
     queue,
     runner_jobs,
     running_controller,
@@ -665,3 +668,64 @@ def test_an_external_cluster_or_sentinel_url_reaches_both_processes(url: str) ->
     deployments = [d for d in render("ci", sets=sets) if d["kind"] == "Deployment"]
     assert len(deployments) == 2
     assert {_env(d)["GRS_REDIS_URL"] for d in deployments} == {url}
+
+
+POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+
+
+def test_the_runner_pod_policy_refuses_a_runnergroup_asking_beyond_it_when_it_is_applied(kube: KubeCluster) -> None:
+    """The chart's ValidatingAdmissionPolicy: `kubectl apply` of a group asking for host namespaces,
+    hostPath, a service account or privileged containers is refused with the reconciler's words; a
+    group that got in before keeps its metadata updates (the controller's finalizer), not a spec change."""
+    ns = namespace(kube)
+    groups = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups"
+    merge = "application/merge-patch+json"
+
+    def runner_group(name: str, **pod: Any) -> dict[str, Any]:
+        template = {"spec": {"containers": [{"name": "runner"}], **pod}} if pod else None
+        return {"apiVersion": "gitea.bpg.pw/v1alpha1", "kind": "RunnerGroup", "metadata": {"name": name},
+                "spec": spec_dict(**({"podTemplate": template} if template else {}))}  # fmt: skip
+
+    assert api_request(kube, "POST", groups, runner_group("before", hostPID=True))[0] == 201
+    policy = [d for d in render(ns, sets=(f"runnerNamespaces={{{ns}}}",)) if d["kind"] in POLICY_KINDS]
+    assert [d["kind"] for d in policy] == list(POLICY_KINDS)
+    for doc in policy:  # names of this test's own: another test may have applied the chart's
+        doc["metadata"]["name"] += f"-{ns}"
+    policy[1]["spec"]["policyName"] = policy[0]["metadata"]["name"]
+    try:
+        for doc in policy:
+            apply(kube, doc, ns)
+        refused = wait_until(
+            lambda: (r := api_request(kube, "POST", groups, runner_group("h", hostPID=True)))[0] == 422 and r
+        )
+        assert "runner Pod policy: spec.podTemplate.spec.hostPID, hostIPC, hostNetwork" in refused[1]["message"]
+        asks: list[tuple[str, dict[str, Any], str]] = [
+            ("p", {"volumes": [{"name": "s", "hostPath": {"path": "/"}}]}, "allowHostPath"),
+            ("a", {"serviceAccountName": "deployer"}, "allowServiceAccount"),
+            ("c", {"containers": [{"name": "helper", "securityContext": {"privileged": True}}]}, "allowPrivileged"),
+        ]
+        for name, pod, said in asks:
+            status, body = api_request(kube, "POST", groups, runner_group(name, **pod))
+            assert status == 422 and f"(runnerPodPolicy.{said})" in body["message"], body
+        assert api_request(kube, "POST", groups, runner_group("plain", nodeSelector={"ci": "true"}))[0] == 201
+        # The default (dind) image's runner container may say privileged itself: its Docker mode.
+        dind = runner_group("dind", containers=[{"name": "runner", "securityContext": {"privileged": True}}])
+        assert api_request(kube, "POST", groups, dind)[0] == 201
+        finalizer = {"metadata": {"finalizers": ["example.com/held"]}}
+        assert api_request(kube, "PATCH", f"{groups}/before", finalizer, content_type=merge)[0] == 200
+        bigger = {"spec": {"maxActiveRunners": 9}}
+        assert api_request(kube, "PATCH", f"{groups}/before", bigger, content_type=merge)[0] == 422
+    finally:
+        for doc in policy:
+            plural = doc["kind"].lower() + "s"
+            api_request(kube, "DELETE", f"/apis/admissionregistration.k8s.io/v1/{plural}/{doc['metadata']['name']}")
+        api_request(kube, "PATCH", f"{groups}/before", {"metadata": {"finalizers": None}}, content_type=merge)
+
+
+def wait_until(check: Any, timeout: float = 30) -> Any:
+    """The first truthy answer of `check` (the API server compiles a new policy in the background)."""
+    deadline = time.monotonic() + timeout
+    while not (answer := check()):
+        assert time.monotonic() < deadline, "the policy never took effect"
+        time.sleep(0.2)
+    return answer

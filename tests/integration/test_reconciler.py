@@ -412,6 +412,27 @@ async def test_spec_the_schema_allows_but_the_controller_refuses_is_reported(
     assert "duration" in warned[0]["message"]
 
 
+async def test_a_group_asking_its_runners_for_the_hosts_pid_namespace_is_refused_unless_the_policy_allows(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    """A RunnerGroup author who may not create Pods gets no host-level runner Pod through the controller."""
+    ns = namespace(kube)
+    template = {"spec": {"hostPID": True, "serviceAccountName": "default", "containers": [{"name": "runner"}]}}
+    create_group(kube, ns, "hosty", defaultLabels=[], image="docker.io/gitea/act_runner:0.2.13", podTemplate=template)
+    await queue(redis, 41, labels=["k8s"])
+    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+        cond = await eventually(lambda: group_status(kube, ns, "hosty").get("conditions", {}).get("Ready"))
+        await passes(controller)
+        assert not runner_jobs(kube, ns), "no runner of a refused group"
+    assert (cond["status"], cond["reason"]) == ("False", "InvalidSpec"), cond
+    assert "not allowed by the install's runner Pod policy: spec.podTemplate.spec.hostPID" in cond["message"]
+    assert "spec.podTemplate.spec.serviceAccountName (GRS_RUNNER_POD_ALLOW_SERVICE_ACCOUNT)" in cond["message"]
+    allowed: dict[str, Any] = {"runner_pod_allow_host_namespaces": True, "runner_pod_allow_service_account": True}
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, **allowed):
+        (job,) = await eventually(lambda: runner_jobs(kube, ns))
+    assert job["spec"]["template"]["spec"]["hostPID"] is True
+
+
 async def test_runner_jobs_hold_seats_under_the_epoch_the_status_records(
     kube: KubeCluster, redis_server: RedisServer, redis: Redis
 ) -> None:

@@ -1,0 +1,76 @@
+"""Pure: the runner Pod policy the install's admin sets, and what a RunnerGroup's spec asks beyond it.
+
+A RunnerGroup author may not be allowed to create Pods; the runner Pods the controller creates for
+them must not give them more than the admin allows. By default a group's `podTemplate` may not use
+the host's namespaces (`hostPID`, `hostIPC`, `hostNetwork`), `hostPath` volumes, a service account
+(`serviceAccountName`, `automountServiceAccountToken`, projected token volumes), or privileged or
+added-capability containers of its own (but the runner container of a dind image); the Docker modes
+(`containerMode: dind`, a `dind` image), which run privileged, are allowed unless the admin turns
+them off. A group that asks more is refused with one message per thing it asked (its status's Ready
+condition), and no runner of it is started. The chart's ValidatingAdmissionPolicy refuses the same
+when the group is applied. Must not do I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from reconciler.dind import is_dind
+from reconciler.spec import RunnerGroupSpec
+
+_HOST_NAMESPACES = ("hostPID", "hostIPC", "hostNetwork")
+_ACCOUNT_FIELDS = ("serviceAccountName", "serviceAccount")
+_CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+
+
+@dataclass(frozen=True, slots=True)
+class PodPolicy:
+    """What a group's runner Pods may have; each field names the setting that allows it."""
+
+    host_namespaces: bool = False
+    host_path: bool = False
+    service_account: bool = False
+    privileged: bool = False
+    docker: bool = True
+
+    def violations(self, spec: RunnerGroupSpec) -> list[str]:
+        """What the spec asks that this policy does not allow, one message each ([] if nothing)."""
+        pod = (spec.pod_template or {}).get("spec") or {}
+        out = [f"{field} ({setting})" for field, setting in self._asked(pod, dind_image=is_dind(spec.image))]
+        if not self.docker and (spec.container_mode == "dind" or is_dind(spec.image)):
+            what = "spec.containerMode: dind" if spec.container_mode == "dind" else f"spec.image {spec.image}"
+            out.append(f"{what} runs a privileged Docker daemon (GRS_RUNNER_POD_ALLOW_DOCKER)")
+        return [f"not allowed by the install's runner Pod policy: {o}" for o in out]
+
+    def _asked(self, pod: dict[str, Any], *, dind_image: bool) -> Iterator[tuple[str, str]]:
+        """(field path, the setting that would allow it) for each thing the pod spec asks. The runner
+        container of a dind image may be privileged: that is its Docker mode (`docker`)."""
+        where = "spec.podTemplate.spec"
+        if not self.host_namespaces:
+            for key in _HOST_NAMESPACES:
+                if pod.get(key):
+                    yield f"{where}.{key}", "GRS_RUNNER_POD_ALLOW_HOST_NAMESPACES"
+        if not self.service_account:
+            for key in _ACCOUNT_FIELDS:
+                if pod.get(key):
+                    yield f"{where}.{key}", "GRS_RUNNER_POD_ALLOW_SERVICE_ACCOUNT"
+            if pod.get("automountServiceAccountToken"):
+                yield f"{where}.automountServiceAccountToken", "GRS_RUNNER_POD_ALLOW_SERVICE_ACCOUNT"
+        for i, volume in enumerate(pod.get("volumes") or []):
+            if "hostPath" in volume and not self.host_path:
+                yield f"{where}.volumes[{i}].hostPath", "GRS_RUNNER_POD_ALLOW_HOST_PATH"
+            sources = (volume.get("projected") or {}).get("sources") or []
+            if any("serviceAccountToken" in s for s in sources) and not self.service_account:
+                yield f"{where}.volumes[{i}].projected.serviceAccountToken", "GRS_RUNNER_POD_ALLOW_SERVICE_ACCOUNT"
+        if not self.privileged:
+            for kind in _CONTAINER_LISTS:
+                for i, container in enumerate(pod.get(kind) or []):
+                    if dind_image and kind == "containers" and container.get("name") == "runner":
+                        continue
+                    context = container.get("securityContext") or {}
+                    if context.get("privileged"):
+                        yield f"{where}.{kind}[{i}].securityContext.privileged", "GRS_RUNNER_POD_ALLOW_PRIVILEGED"
+                    if (context.get("capabilities") or {}).get("add"):
+                        yield f"{where}.{kind}[{i}].securityContext.capabilities.add", "GRS_RUNNER_POD_ALLOW_PRIVILEGED"

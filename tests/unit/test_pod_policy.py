@@ -1,0 +1,96 @@
+"""The runner Pod policy: what a RunnerGroup's spec may ask of its runner Pods beyond the defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from reconciler.pod_policy import PodPolicy
+from reconciler.scheduler import validate
+from reconciler.settings import Settings
+from tests.groups import spec, spec_dict
+
+HOST = "docker.io/gitea/act_runner:0.2.13"  # no Docker daemon: host mode
+
+
+def template(**pod: Any) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "runner"}], **pod}}
+
+
+ASKS = [
+    ({"hostPID": True}, "spec.podTemplate.spec.hostPID (GRS_RUNNER_POD_ALLOW_HOST_NAMESPACES)", "host_namespaces"),
+    (
+        {"hostNetwork": True},
+        "spec.podTemplate.spec.hostNetwork (GRS_RUNNER_POD_ALLOW_HOST_NAMESPACES)",
+        "host_namespaces",
+    ),
+    (
+        {"volumes": [{"name": "sock", "hostPath": {"path": "/var/run/docker.sock"}}]},
+        "spec.podTemplate.spec.volumes[0].hostPath (GRS_RUNNER_POD_ALLOW_HOST_PATH)",
+        "host_path",
+    ),
+    (
+        {"serviceAccountName": "deployer"},
+        "spec.podTemplate.spec.serviceAccountName (GRS_RUNNER_POD_ALLOW_SERVICE_ACCOUNT)",
+        "service_account",
+    ),
+    (
+        {"automountServiceAccountToken": True},
+        "spec.podTemplate.spec.automountServiceAccountToken (GRS_RUNNER_POD_ALLOW_SERVICE_ACCOUNT)",
+        "service_account",
+    ),
+    (
+        {"volumes": [{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]},
+        "spec.podTemplate.spec.volumes[0].projected.serviceAccountToken (GRS_RUNNER_POD_ALLOW_SERVICE_ACCOUNT)",
+        "service_account",
+    ),
+    (
+        {"initContainers": [{"name": "x", "securityContext": {"privileged": True}}]},
+        "spec.podTemplate.spec.initContainers[0].securityContext.privileged (GRS_RUNNER_POD_ALLOW_PRIVILEGED)",
+        "privileged",
+    ),
+    (
+        {"containers": [{"name": "runner", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}]},
+        "spec.podTemplate.spec.containers[0].securityContext.capabilities.add (GRS_RUNNER_POD_ALLOW_PRIVILEGED)",
+        "privileged",
+    ),
+]
+
+
+@pytest.mark.parametrize(("pod", "said", "allow"), ASKS)
+def test_a_pod_template_asking_beyond_the_policy_is_refused_naming_the_field_and_setting(
+    pod: dict[str, Any], said: str, allow: str
+) -> None:
+    asked = spec(image=HOST, podTemplate=template(**pod))
+    assert PodPolicy().violations(asked) == [f"not allowed by the install's runner Pod policy: {said}"]
+    assert PodPolicy(**{allow: True}).violations(asked) == [], "the admin's setting allows it"
+
+
+def test_the_default_policy_allows_plain_templates_and_the_docker_modes() -> None:
+    plain = template(nodeSelector={"ci": "true"}, volumes=[{"name": "w", "emptyDir": {}}])
+    assert PodPolicy().violations(spec(image=HOST, podTemplate=plain)) == []
+    assert PodPolicy().violations(spec()) == [], "the default image (dind-rootless) runs"
+    assert PodPolicy().violations(spec(image=HOST, containerMode="dind")) == []
+    off = PodPolicy(docker=False)
+    assert off.violations(spec(image=HOST, containerMode="dind")) == [
+        "not allowed by the install's runner Pod policy: spec.containerMode: dind runs a privileged Docker daemon "
+        "(GRS_RUNNER_POD_ALLOW_DOCKER)"
+    ]
+    assert "spec.image docker.io/gitea/act_runner:0.2.13-dind-rootless runs" in off.violations(spec())[0]
+    assert off.violations(spec(image=HOST)) == []
+    # A dind image's runner container says privileged itself: its Docker mode, not a privileged ask.
+    runner = {"containers": [{"name": "runner", "securityContext": {"privileged": True}}]}
+    assert PodPolicy().violations(spec(podTemplate=template(**runner))) == []
+    assert PodPolicy().violations(spec(image=HOST, podTemplate=template(**runner))) != []
+
+
+def test_the_settings_make_the_policy_and_validation_reports_every_refusal() -> None:
+    policy = Settings(runner_pod_allow_host_path=True, runner_pod_allow_docker=False).pod_policy
+    assert policy == PodPolicy(host_path=True, docker=False)
+    asked = spec_dict(image=HOST, podTemplate=template(hostPID=True, serviceAccountName="deployer"))
+    valid, problem = validate(asked, Settings().pod_policy)
+    assert valid is None
+    assert problem.count("not allowed by the install's runner Pod policy") == 2, problem
+    assert "hostPID" in problem and "serviceAccountName" in problem
+    assert validate(asked)[0] is not None, "without a policy, the schema alone"
