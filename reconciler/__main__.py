@@ -129,7 +129,7 @@ async def serve(settings: Settings) -> None:
             timeout=settings.gitea_timeout,
             on_request=lambda endpoint, outcome: metrics.gitea_requests.labels(endpoint, outcome).inc(),
         )
-        kube = Kube(api, namespaces=settings.namespaces)
+        kube = Kube(api, namespaces=settings.namespaces, protected=settings.protected)
         controller = Controller(settings, kube=kube, store=store, gitea=gitea, metrics=metrics, egress=way_out)
         runner = web.AppRunner(health_app(controller, registry), access_log=None)
         await runner.setup()

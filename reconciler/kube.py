@@ -13,7 +13,7 @@ import base64
 import json
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -28,6 +28,7 @@ from reconciler.manifests import GroupRef
 from reconciler.status import SEAT_EPOCH
 
 log = logging.getLogger(__name__)
+CREATED_BY = "app.kubernetes.io/created-by"  # on the Secrets we make (with COMPONENT)
 REQUEST_TIMEOUT = 30.0  # seconds; no API call may wait for ever (watches end by their own timeout)
 _WRITE: dict[str, Any] = {"_request_timeout": REQUEST_TIMEOUT, "_preload_content": False}  # see `_answered`
 
@@ -116,8 +117,11 @@ async def _created(call: Awaitable[Any]) -> bool:
 class Kube:
     """Typed operations over the API objects the reconciler owns or reads."""
 
-    def __init__(self, api: client.ApiClient, *, namespaces: Sequence[str] = ()) -> None:
+    def __init__(
+        self, api: client.ApiClient, *, namespaces: Sequence[str] = (), protected: Iterable[tuple[str, str]] = ()
+    ) -> None:
         self.api = api
+        self.protected = frozenset(protected)  # (namespace, name): the install's own Secrets
         self.namespaces = tuple(namespaces)  # those the informers watch; () for all
         self.custom = client.CustomObjectsApi(api)
         self.batch = client.BatchV1Api(api)
@@ -225,13 +229,17 @@ class Kube:
                 raise classify(exc) from None
 
     async def secret_value(self, namespace: str, name: str, key: str) -> str:
-        """One key of a Secret, decoded; PermanentError names the Secret and key, never the value."""
+        """One key of a Secret, decoded; PermanentError names the Secret and key, never the value. The
+        install's own Secrets (`protected`, or made by us) are refused: a RunnerGroup that names one
+        must not get it sent to a Gitea of its choosing."""
         try:
             secret = await self.core.read_namespaced_secret(name, namespace, _request_timeout=REQUEST_TIMEOUT)
         except ApiException as exc:
             if exc.status == 404:
                 raise PermanentError(f"Secret {namespace}/{name} not found") from None
             raise classify(exc) from None
+        if (namespace, name) in self.protected or (secret.metadata.labels or {}).get(CREATED_BY) == COMPONENT:
+            raise PermanentError(f"Secret {namespace}/{name} is the install's own: a RunnerGroup may not use it")
         data = secret.data or {}
         if key not in data:
             raise PermanentError(f"Secret {namespace}/{name} has no key {key!r}")
@@ -263,7 +271,7 @@ class Kube:
                     "metadata": {
                         "name": name,
                         "namespace": namespace,
-                        "labels": {"app.kubernetes.io/created-by": COMPONENT},
+                        "labels": {CREATED_BY: COMPONENT},
                     },
                     "type": "Opaque",
                     "data": {key: value},

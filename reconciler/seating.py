@@ -64,6 +64,7 @@ class Seating:
         self.claim_ttl_ms = int(claim_ttl_s * 1000)
         self.taker = f"{replica or 'reconciler'}/{uuid.uuid4().hex[:12]}"  # this process, for its seats
         self._shared: dict[str, float] = {}  # runner namespace -> when its cache Secret was last made right
+        self._vetted: dict[tuple[str, str, str], float] = {}  # registration token Secret key -> when read
 
     async def beat_forever(self) -> None:
         """Keep this process's heartbeat, so that its seats are not taken for abandoned ones."""
@@ -162,6 +163,7 @@ class Seating:
         "epoch", "late"). The claim of a runner that exists is the caller's to confirm (`confirm`)."""
         started = time.monotonic()
         await self.share_cache_secret(group.namespace)
+        await self.vet_registration_token(group.namespace, spec)
         if c.job_id is not None and c.stale_claim:
             await self.coordination.release(c.job_id, holder=c.stale_claim)
         taken = await self.coordination.take(
@@ -204,6 +206,17 @@ class Seating:
             return
         await self.kube.ensure_secret_key(namespace, cache.secret_name, SECRET_KEY, lambda: cache.secret, replace=True)
         self._shared[namespace] = time.monotonic()
+
+    async def vet_registration_token(self, namespace: str, spec: RunnerGroupSpec) -> None:
+        """Read the group's registration token Secret before its runners' kubelet does: a Secret that is
+        missing, lacks the key, or is the install's own (`Kube.secret_value`) stops the group with
+        that reason, before any runner could send it to the group's Gitea. Again every few minutes."""
+        ref = spec.registration_token.secret_ref
+        where = (namespace, ref.name, ref.key)
+        if time.monotonic() - self._vetted.get(where, -1e9) < SHARE_EVERY_S:
+            return
+        await self.kube.secret_value(*where)
+        self._vetted[where] = time.monotonic()
 
     async def confirm(self, outcomes: Iterable[tuple[Create, str, object]]) -> None:
         """Make the claims of runners that exist now (create outcomes "created" or "exists") last the

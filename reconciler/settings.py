@@ -56,6 +56,14 @@ class Settings(RedisSettings):
         pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
         description="The Secret, in each runner namespace, with the cache server's secret (key `secret`).",
     )
+    protected_secrets: str = Field(
+        "",
+        pattern=r"^([a-z0-9-]+/[a-z0-9.-]+)?(,[a-z0-9-]+/[a-z0-9.-]+)*$",
+        description=(
+            "The install's own Secrets, as namespace/name, comma-separated: no RunnerGroup may use them (nor "
+            "any Secret labelled app.kubernetes.io/created-by=gitea-runner-scaler)."
+        ),
+    )
     runner_pod_allow_host_namespaces: bool = Field(
         False, description="Runner Pods may use the host's namespaces (a podTemplate's hostPID, hostIPC, hostNetwork)."
     )
@@ -118,6 +126,11 @@ class Settings(RedisSettings):
             privileged=self.runner_pod_allow_privileged,
             docker=self.runner_pod_allow_docker,
         )
+
+    @property
+    def protected(self) -> frozenset[tuple[str, str]]:
+        """The install's own Secrets: (namespace, name)."""
+        return frozenset((p.split("/")[0], p.split("/")[1]) for p in self.protected_secrets.split(",") if p)
 
     @property
     def namespaces(self) -> tuple[str, ...]:

@@ -119,7 +119,8 @@ def _hardened(workload: dict[str, Any]) -> None:
             if env["name"].endswith("_FILE"):  # a mounted Secret's path
                 assert env["value"].startswith("/etc/gitea-runner-scaler/"), env
             elif "SECRET" in env["name"] or "PASSWORD" in env["name"]:
-                assert ("value" not in env and "secretKeyRef" in env["valueFrom"]) or env["name"].endswith("_NAME"), env
+                names = env["name"].endswith("_NAME") or env["name"] == "GRS_PROTECTED_SECRETS"  # names only
+                assert ("value" not in env and "secretKeyRef" in env["valueFrom"]) or names, env
 
 
 def test_defaults_are_hardened_and_keep_secrets_in_refs() -> None:
@@ -132,6 +133,9 @@ def test_defaults_are_hardened_and_keep_secrets_in_refs() -> None:
     }
     for w in workloads:
         _hardened(w)
+    # No RunnerGroup may use the install's own Secrets (the reconciler refuses to read them for one).
+    reconciler = next(w for w in workloads if w["metadata"]["name"] == RECONCILER)
+    assert _env(reconciler)["GRS_PROTECTED_SECRETS"] == f"ci/{FULL}-webhook,ci/{FULL}-redis"
     kinds = {d["kind"] for d in docs}
     assert {"PodDisruptionBudget", "Role", "RoleBinding", "CustomResourceDefinition"} <= kinds
     assert "ClusterRole" not in kinds and "Ingress" not in kinds and "NetworkPolicy" not in kinds

@@ -138,7 +138,7 @@ async def running_controller(
     async with aiohttp.ClientSession() as session:
         controller = Controller(
             settings,
-            kube=Kube(api, namespaces=settings.namespaces),
+            kube=Kube(api, namespaces=settings.namespaces, protected=settings.protected),
             store=JobStore(redis),
             gitea=GiteaClient(session),
             metrics=Metrics.create(CollectorRegistry()),
@@ -561,6 +561,52 @@ async def test_watch_relists_after_410_gone(kube: KubeCluster) -> None:
 
 
 MakeServer = Callable[[web.Application], Awaitable[TestServer]]
+
+
+async def test_a_group_naming_the_installs_own_secrets_is_refused_and_its_gitea_hears_nothing(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis, aiohttp_server: MakeServer
+) -> None:
+    """A confused deputy refused: a RunnerGroup author points `authToken` at the chart's Redis password
+    (a Secret our hook made) and `gitea.url` at a server of theirs; another points `registrationToken`
+    at the webhook secret the admin named. Neither Secret leaves: no poll, no runner."""
+    ns = namespace(kube)
+    made = {"name": "grs-redis", "labels": {"app.kubernetes.io/created-by": "gitea-runner-scaler"}}
+    for meta, data in ((made, {"redis-password": "redis-s3cret"}), ({"name": "hook"}, {"secret": "hook-s3cret"})):
+        assert (
+            api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", {"metadata": meta, "stringData": data})[0]
+            == 201
+        )
+    heard: list[str] = []
+
+    async def capture(request: web.Request) -> web.Response:
+        heard.append(f"{request.method} {request.path_qs} {dict(request.headers)}")
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", capture)
+    url = str((await aiohttp_server(app)).make_url("")).rstrip("/")
+    stolen = {"secretRef": {"name": "grs-redis", "key": "redis-password"}}
+    create_group(kube, ns, "poller", gitea={"url": url}, authToken=stolen, labels=["a"], defaultLabels=[])
+    hook = {"secretRef": {"name": "hook", "key": "secret"}}
+    create_group(kube, ns, "runner", gitea={"url": url}, registrationToken=hook, labels=["b"], defaultLabels=[])
+    await queue(redis, 61, labels=["b"])
+    options: dict[str, Any] = {"poll_enabled": True, "poll_interval": 1, "protected_secrets": f"{ns}/hook"}
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, **options) as controller:
+        polled = await eventually(lambda: group_status(kube, ns, "poller").get("conditions", {}).get("GiteaReachable"))
+        ready = await eventually(
+            lambda: (
+                (c := group_status(kube, ns, "runner").get("conditions", {}).get("Ready", {})).get("status") == "False"
+                and c
+            )
+        )
+        await asyncio.wait_for(controller.poll_once(), timeout=60)
+        await passes(controller)
+        assert not runner_jobs(kube, ns), "no runner would take the webhook secret to Gitea"
+    assert (polled["status"], polled["reason"]) == ("False", "AuthTokenUnavailable"), polled
+    assert f"Secret {ns}/grs-redis is the install's own: a RunnerGroup may not use it" in polled["message"]
+    assert f"Secret {ns}/hook is the install's own" in ready["message"], ready
+    # The other group polls with its own, legitimate API token; neither of the install's Secrets went out.
+    assert not [h for h in heard if "s3cret" in h or API_TOKEN not in h], heard
 
 
 async def test_polling_fallback_starts_runners_no_webhook_reported(

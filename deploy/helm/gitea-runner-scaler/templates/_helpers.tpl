@@ -162,6 +162,15 @@ checksum/webhook-secret: {{ include "grs.liveChecksum" (dict "root" $ "name" . "
 {{- end -}}
 {{- end -}}
 
+{{/* The install's own Secrets, namespace/name, comma-separated: no RunnerGroup may use them. */}}
+{{- define "grs.protectedSecrets" -}}
+{{- $ns := .Release.Namespace -}}
+{{- $out := list (printf "%s/%s" $ns (include "grs.webhookSecretName" .)) -}}
+{{- with include "grs.redisSecretName" . }}{{ $out = append $out (printf "%s/%s" $ns .) }}{{ end -}}
+{{- if .Values.cache.enabled }}{{ $out = append $out (printf "%s/%s" $ns (include "grs.cacheSecretName" .)) }}{{ end -}}
+{{- join "," $out -}}
+{{- end -}}
+
 {{- define "grs.cacheChecksum" -}}
 {{- if .Values.cache.enabled -}}
 {{- with .Values.cache.secret.existingSecret -}}
