@@ -1,8 +1,9 @@
 """Pure: Docker-in-Docker for runner Pods, as `build_job` adds it.
 
 Owns: `containerMode: dind`, a privileged Docker daemon next to the runner whose socket the runner
-reaches on a shared emptyDir, and whether a runner image is itself a dind one (which needs a
-privileged container). Must not do I/O.
+reaches on a shared emptyDir, whether a runner image is itself a dind one (which needs a
+privileged container), and the emptyDir a dind-rootless image's daemon keeps its data on. Must not
+do I/O.
 """
 
 from __future__ import annotations
@@ -62,3 +63,27 @@ def add_dind_sidecar(
     ]
     mounts = [m for m in runner.get("volumeMounts") or [] if m.get("name") != _DIND_VOLUMES[0]]
     runner["volumeMounts"] = [*mounts, socket]
+
+
+# A dind-rootless image (act_runner's, on docker:dind-rootless) keeps its daemon's data under the
+# rootless user's home. On the container's own overlayfs root the daemon's overlay2 cannot work (and
+# falls back to vfs, twice the space), so the data goes on an emptyDir, as dind's /var/lib/docker
+# does. One level above the data root: the daemon chmods the data root itself, which an emptyDir
+# owned by root refuses.
+ROOTLESS_DATA = "/home/rootless/.local/share"
+_ROOTLESS_VOLUME = "dind-rootless-data"
+
+
+def is_rootless_dind(image: str) -> bool:
+    """Whether the image runs a rootless Docker daemon of its own (a `dind-rootless` tag)."""
+    return "dind-rootless" in image.rsplit("/", 1)[-1]
+
+
+def add_rootless_storage(pod: dict[str, Any], runner: dict[str, Any]) -> None:
+    """The emptyDir for a dind-rootless runner's daemon data, unless the podTemplate mounts something
+    there itself."""
+    mounts = runner.get("volumeMounts") or []
+    if any(m.get("mountPath", "").rstrip("/") in (ROOTLESS_DATA, ROOTLESS_DATA + "/docker") for m in mounts):
+        return
+    pod["volumes"] = [*(pod.get("volumes") or []), {"name": _ROOTLESS_VOLUME, "emptyDir": {}}]
+    runner["volumeMounts"] = [*mounts, {"name": _ROOTLESS_VOLUME, "mountPath": ROOTLESS_DATA}]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconciler.crd import API_VERSION, KIND
-from reconciler.dind import add_dind_sidecar, is_dind
+from reconciler.dind import add_dind_sidecar, add_rootless_storage, is_dind, is_rootless_dind
 from reconciler.egress import DIRECT, WRITE_CA, Egress, owned_names
 from reconciler.labels import effective_labels
 from reconciler.names import runner_name
@@ -277,6 +277,8 @@ def _pod_template(spec: RunnerGroupSpec, *, name: str, labels: dict[str, str], e
     container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     if is_dind(spec.image) and "securityContext" not in container:
         container["securityContext"] = {"privileged": True}
+    if is_rootless_dind(spec.image):
+        add_rootless_storage(pod, container)
     if spec.container_mode == "dind":
         add_dind_sidecar(pod, container, image=spec.dind_image, args=spec.dind_args, env=egress.proxy_env())
     # Registered last, after the podTemplate's own init containers: a Pod that fails before it

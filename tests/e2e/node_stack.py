@@ -109,8 +109,9 @@ class NodeStack:
         assert status in (200, 201), body
 
     def group(self, ns: str, label: str, *, name: str = "runners", **spec: Any) -> dict[str, Any]:
-        """Apply a RunnerGroup for org jobs with `runs-on: label`, run in host mode by our runner image."""
-        body = {
+        """Apply a RunnerGroup for org jobs with `runs-on: label`, run in host mode by our runner image
+        (a field given as None is left out: the CRD's default)."""
+        body: dict[str, Any] = {
             "apiVersion": "gitea.bpg.pw/v1alpha1",
             "kind": "RunnerGroup",
             "metadata": {"name": name},
@@ -127,6 +128,7 @@ class NodeStack:
                 **spec,
             },
         }
+        body["spec"] = {k: v for k, v in body["spec"].items() if v is not None}
         path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups"
         status, created = api_request(self.node, "POST", path, body)
         assert status == 201, created

@@ -39,8 +39,9 @@ UPSTREAM = {"upstream0": "act_runner", "upstream1": "gitea-runner"}
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
-    """The node, with the Docker daemon's image and the upstream runner images in its store as well."""
-    names = ("pause", "runner", "docker", *UPSTREAM)
+    """The node, with the Docker daemon's image and the upstream runner images in its store as well,
+    and the default runner image's stand-in under its own name."""
+    names = ("pause", "runner", "docker", "rootless", *UPSTREAM)
     with running_node(tmp_path_factory.mktemp("node"), images=names) as cluster:
         yield cluster
 
@@ -222,6 +223,49 @@ def test_actions_cache_restores_on_a_later_runner_what_an_earlier_one_saved_and_
 
 def _logs(stack: NodeStack, repo: str, run_id: int) -> str:
     return "\n".join(stack.job_log(repo, j["id"]) for j in stack.jobs(repo, run_id))
+
+
+ROOTLESS_JOB = """\
+name: rootless
+on: [push]
+jobs:
+  default:
+    runs-on: {label}
+    steps:
+      - run: |
+          echo "the job runs as uid $(id -u) in its container"
+          docker info --format 'the daemon: {{{{.ServerVersion}}}} {{{{.SecurityOptions}}}}'
+          docker run --rm --entrypoint sh {job} -c 'echo a container of the job daemon ran'
+"""
+
+
+def test_the_default_runner_image_runs_docker_jobs_on_its_own_rootless_daemon(stack: NodeStack, images: Images) -> None:
+    """A group that names no image gets act_runner's dind-rootless image (here its stand-in, under the
+    same name): the runner container, privileged as that image needs, runs a rootless Docker daemon
+    as uid 1000, its data on the emptyDir the controller adds; a docker:// job pulls its image from the
+    registry, runs in it, and starts a container of its own."""
+    ns, label = stack.namespace("default"), f"l{uuid.uuid4().hex[:6]}"
+    privileged(stack, ns)
+    stack.group(ns, label, image=None, labels=[f"{label}:docker://{images.job}"])
+    repo = stack.repo()
+    run_id = stack.push(repo, ROOTLESS_JOB.format(label=label, job=images.job))
+
+    run = stack.wait_run(repo, run_id, timeout=300)
+
+    (job,) = stack.jobs(repo, run_id)
+    log = stack.job_log(repo, job["id"])
+    assert run["conclusion"] == "success", log[-3000:]
+    assert f"docker pull image={images.job}" in log, log[-3000:]
+    assert "the job runs as uid 0 in its container" in log and "name=rootless" in log, log[-3000:]
+    assert "a container of the job daemon ran" in log, log[-3000:]
+    (runner_job,) = stack.runner_jobs(ns)
+    pod = runner_job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == image("rootless")[0] == "docker.io/gitea/act_runner:0.2.13-dind-rootless"
+    assert pod["containers"][0]["securityContext"] == {"privileged": True}
+    assert {"name": "dind-rootless-data", "mountPath": "/home/rootless/.local/share"} in pod["containers"][0][
+        "volumeMounts"
+    ]
+    wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
 
 
 @pytest.mark.parametrize("shape", list(UPSTREAM))

@@ -3,7 +3,8 @@
 # engine, no registry), and caches them outside the repository as oci-archive tars, keyed by
 # their inputs.
 #
-#   tests/images/build.sh [IMAGE...]      IMAGE: pause runner scaler redis docker upstream0 upstream1;
+#   tests/images/build.sh [IMAGE...]      IMAGE: pause runner scaler redis docker upstream0 upstream1
+#                                         rootless;
 #                                         default: all of them
 #   tests/images/build.sh --print IMAGE   the path of the image's cached oci-archive tar (built or not)
 #   tests/images/build.sh --ref IMAGE     the reference (name:tag) the Pod specs must use
@@ -26,7 +27,7 @@ ACT_RUNNER_VERSION=${ACT_RUNNER_VERSION:-v1.0.8}
 DEBIAN_RELEASE=bookworm
 # The upstream series of bookworm's redis-server, the redis image's tag: the build checks it.
 REDIS_VERSION=7.0
-IMAGES=(pause runner scaler redis docker upstream0 upstream1)
+IMAGES=(pause runner scaler redis docker upstream0 upstream1 rootless)
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -66,6 +67,10 @@ REDIS_BASE=("${SLIM[@]}" --include=redis-server,redis-tools)
 # git, curl): the dind sidecar and the job image of the Docker-mode tests are one image.
 # shellcheck disable=SC2034
 UPSTREAM_BASE=("${SLIM[@]}" --include=ca-certificates,tini,bash,git,tzdata)
+# A rootless Docker daemon (rootlesskit with slirp4netns, the setuid newuidmap of uidmap,
+# fuse-overlayfs), s6 supervising it and act_runner, as the upstream dind-rootless image has them.
+# shellcheck disable=SC2034
+ROOTLESS_BASE=("${SLIM[@]}" --include=docker.io,rootlesskit,slirp4netns,uidmap,iptables,iproute2,fuse-overlayfs,s6,bash,git,tzdata,ca-certificates,procps)
 # shellcheck disable=SC2034
 DOCKER_BASE=("${SLIM[@]}" --include=docker.io,iptables,procps,ca-certificates,nodejs,git,curl)
 
@@ -126,6 +131,14 @@ upstream_run_sh() {
   tar -xzOf "$archive" "act_runner-$(upstream_version "$1")/scripts/run.sh"
 }
 
+# The release's scripts/s6 tree (the dind images' supervision), into folder $2.
+upstream_s6() {
+  local archive version
+  version=$(upstream_version "$1")
+  archive=$SHARED_PEERS/act_runner-$version.tar.gz
+  tar -xzf "$archive" -C "$2" --strip-components=2 "act_runner-$version/scripts/s6"
+}
+
 # The files the scaler image is built from: what the Dockerfile copies, tracked or not (a
 # developer's work tree counts), minus what git ignores.
 scaler_inputs() {
@@ -166,6 +179,13 @@ key_of() {
       bin=$(upstream_bin "$1")
       [ -f "$bin" ] || die "no ${1} runner at $bin: build it first (tests/peers/build.sh $(upstream_peer "$1"))"
       { base_key UPSTREAM_BASE; sha256sum <"$bin"; upstream_run_sh "$1"; cat "$HERE/upstream/Containerfile"; } | digest ;;
+    rootless)
+      local bin
+      bin=$(upstream_bin upstream0)
+      [ -f "$bin" ] || die "no 0.x runner at $bin: build it first (tests/peers/build.sh act_runner0)"
+      { base_key ROOTLESS_BASE; sha256sum <"$bin"; upstream_run_sh upstream0
+        tar -xzOf "$SHARED_PEERS/act_runner-$(upstream_version upstream0).tar.gz" --wildcards '*/scripts/s6/*'
+        cat "$HERE/rootless/Containerfile" "$HERE/rootless/dockerd-entrypoint.sh" "$HERE/rootless/daemon.json"; } | digest ;;
     *) die "unknown image: $1 (${IMAGES[*]})" ;;
   esac
 }
@@ -178,6 +198,8 @@ ref_of() {
     redis) echo "localhost/grs/redis:$REDIS_VERSION-$DEBIAN_RELEASE" ;;
     docker) local key; key=$(key_of docker); echo "localhost/grs/docker:$key" ;;
     upstream0|upstream1) echo "localhost/grs/act-runner-upstream:$(upstream_version "$1")" ;;
+    # The RunnerGroup's default image, by its own name: a group that names no image runs it.
+    rootless) echo docker.io/gitea/act_runner:0.2.13-dind-rootless ;;
     *) die "unknown image: $1 (${IMAGES[*]})" ;;
   esac
 }
@@ -353,6 +375,19 @@ build_upstream() {
     --build-arg VERSION="$(upstream_version "$name")" -f "$HERE/upstream/Containerfile" "$1"
 }
 build_upstream0() { build_upstream "$1" "$2" upstream0; }
+
+build_rootless() {
+  local base
+  base=$(ensure_base rootless ROOTLESS_BASE)
+  cp "$(upstream_bin upstream0)" "$1/act_runner"
+  upstream_run_sh upstream0 >"$1/run.sh"
+  chmod +x "$1/run.sh"
+  upstream_s6 upstream0 "$1"
+  cp "$HERE/rootless/dockerd-entrypoint.sh" "$HERE/rootless/daemon.json" "$1/"
+  mkdir -p "$1/run/user" && chmod 1777 "$1/run/user"
+  build -t "$2" --build-arg BASE="$base" --build-arg VERSION="$(upstream_version upstream0)" \
+    -f "$HERE/rootless/Containerfile" "$1"
+}
 build_upstream1() { build_upstream "$1" "$2" upstream1; }
 
 # --- Main ----------------------------------------------------------------------------------------
@@ -373,6 +408,7 @@ for image in "${images[@]}"; do
   fi
   case $image in
     upstream0|upstream1) [ -f "$(upstream_bin "$image")" ] || bash "$ROOT/tests/peers/build.sh" "$(upstream_peer "$image")" >&2 ;;
+    rootless) [ -f "$(upstream_bin upstream0)" ] || bash "$ROOT/tests/peers/build.sh" act_runner0 >&2 ;;
   esac
   tar=$(tar_of "$image")
   [ ! -f "$tar" ] || continue

@@ -1,10 +1,11 @@
 """What the test node changes on this machine, recorded before and undone after.
 
 A kubelet, containerd and the CNI plugins change the host: an address on `lo`, a bridge, iptables
-chains, network namespaces, mounts, cgroups, sysctls and a few fixed folders. `HostChanges.record()`
-notes the state before the node starts (in a file outside the scratch folder, so that a run that
-crashed is undone by the next one), and `undo()` puts every piece back once the node's processes
-have stopped. TEST HARNESS ONLY: it must run as root, on a machine whose only node is ours.
+chains, network namespaces, mounts, cgroups, sysctls, a few fixed folders, and the modes of
+/dev/net/tun and /dev/fuse (0666, as udev makes them, for the rootless Docker of the default
+image). `HostChanges.record()` notes the state before the node starts (in a file outside the scratch
+folder, so that a run that crashed is undone by the next one), and `undo()` puts every piece back
+once the node's processes have stopped. TEST HARNESS ONLY: it must run as root, on a machine whose only node is ours.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import shlex
 import signal
+import stat
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -33,6 +35,9 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 # Top-level cgroups the kubelet (cgroupfs driver) and containerd's CRI create.
 CGROUP_NAMES = ("kubepods", "k8s.io")
 CHAIN_PREFIXES = ("KUBE-", "CNI-")
+# Devices a rootless Docker daemon (the default runner image's) opens as its own user: udev makes them
+# 0666 on most distributions; a machine without udev has them 0600.
+USER_DEVICES = ("/dev/net/tun", "/dev/fuse")
 SYSCTLS = ("net/ipv4/ip_forward", "net/ipv4/conf/all/route_localnet", "net/bridge/bridge-nf-call-iptables")
 STATE_FILE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gitea-runner-scaler" / "node-host.json"
 
@@ -80,6 +85,7 @@ class HostChanges:
     existed: list[str] = field(default_factory=list)
     sysctls: dict[str, str] = field(default_factory=dict)
     netns: list[str] = field(default_factory=list)
+    devices: dict[str, int] = field(default_factory=dict)  # path -> its mode before the node
 
     def record(self) -> None:
         """Undo what a crashed earlier run left, then note the state before this node starts."""
@@ -89,10 +95,13 @@ class HostChanges:
         self.existed = [p for p in FIXED_PATHS if os.path.lexists(p)]
         self.sysctls = {name: value for name in SYSCTLS if (value := _sysctl(name)) is not None}
         self.netns = sorted(_netns())
+        self.devices = {d: stat.S_IMODE(os.stat(d).st_mode) for d in USER_DEVICES if os.path.exists(d)}
         STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
         STATE_FILE.write_text(json.dumps(asdict(self)))
         _run("ip", "addr", "add", f"{self.node_ip}/32", "dev", "lo")
         set_sysctl("net/ipv4/ip_forward", "1")
+        for device in self.devices:  # as udev leaves them on most nodes: rootless Docker opens them
+            os.chmod(device, 0o666)  # noqa: S103 (character devices, as udev makes them)
 
     def undo(self) -> None:
         """Put the machine back as `record()` found it; the node's processes must have stopped."""
@@ -109,6 +118,9 @@ class HostChanges:
         for name, value in self.sysctls.items():
             with contextlib.suppress(OSError):
                 set_sysctl(name, value)
+        for device, mode in self.devices.items():
+            with contextlib.suppress(OSError):
+                os.chmod(device, mode)
         for controller in CGROUP_ROOT.iterdir() if CGROUP_ROOT.is_dir() else ():
             for name in CGROUP_NAMES:
                 _rmdir_tree(controller / name)
@@ -129,6 +141,7 @@ class HostChanges:
         found += [f"{b} chain {c}" for b in ("iptables", "ip6tables") for c in sorted(_chains(b))]
         found += [f"cgroup {c}/{n}" for c in CGROUP_ROOT.iterdir() for n in CGROUP_NAMES if (c / n).is_dir()]
         found += [f"path {p}" for p in FIXED_PATHS if p not in self.existed and os.path.lexists(p)]
+        found += [f"mode of {d}" for d, m in self.devices.items() if stat.S_IMODE(os.stat(d).st_mode) != m]
         return found
 
 

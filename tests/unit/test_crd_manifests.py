@@ -305,3 +305,22 @@ def test_runners_use_the_shared_cache_through_a_config_merged_from_their_own() -
     assert template_hash(s, Egress(cache=cache)) != template_hash(s), "a new cache replaces warm runners"
     rotated = RunnerCache(cache.url, secret="rotated", secret_name=cache.secret_name)
     assert template_hash(s, Egress(cache=rotated)) != template_hash(s, Egress(cache=cache))
+
+
+def test_a_dind_rootless_runner_keeps_its_daemons_data_on_an_emptydir() -> None:
+    """overlay2 cannot work on the container's own overlayfs root: the default image's daemon gets an
+    emptyDir one level above its data root (the daemon chmods the data root itself)."""
+
+    def storage(**kw: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        pod = build_job(REF, spec(**kw), name="builders-1-ab12", job_id=1)["spec"]["template"]["spec"]
+        mounts = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"].startswith("/home/rootless")]
+        return mounts, [v for v in pod["volumes"] if v["name"] == "dind-rootless-data"]
+
+    mounts, volumes = storage()  # the default image: docker.io/gitea/act_runner:0.2.13-dind-rootless
+    assert mounts == [{"name": "dind-rootless-data", "mountPath": "/home/rootless/.local/share"}]
+    assert volumes == [{"name": "dind-rootless-data", "emptyDir": {}}]
+    assert storage(image="docker.io/gitea/act_runner:0.2.13-dind") == ([], []), "rootful dind keeps its own"
+    assert storage(image="docker.io/gitea/act_runner:0.2.13") == ([], [])
+    own = {"name": "fast", "mountPath": "/home/rootless/.local/share/docker"}
+    template = {"spec": {"containers": [{"name": "runner", "volumeMounts": [own]}], "volumes": [{"name": "fast"}]}}
+    assert storage(podTemplate=template) == ([own], []), "a podTemplate's own mount there wins"
