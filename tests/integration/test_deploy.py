@@ -138,7 +138,17 @@ def test_defaults_are_hardened_and_keep_secrets_in_refs() -> None:
     assert _env(reconciler)["GRS_PROTECTED_SECRETS"] == f"ci/{FULL}-webhook,ci/{FULL}-redis"
     kinds = {d["kind"] for d in docs}
     assert {"PodDisruptionBudget", "Role", "RoleBinding", "CustomResourceDefinition"} <= kinds
-    assert "ClusterRole" not in kinds and "Ingress" not in kinds and "NetworkPolicy" not in kinds
+    assert "ClusterRole" not in kinds and "Ingress" not in kinds
+    # NetworkPolicy on by default: only the chart's own Pods reach Redis, so runner Pods do not.
+    redis = next(d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == f"{FULL}-redis")
+    (allowed,) = redis["spec"]["ingress"]
+    assert allowed["from"] == [
+        {
+            "podSelector": {
+                "matchLabels": {"app.kubernetes.io/name": "gitea-runner-scaler", "app.kubernetes.io/instance": RELEASE}
+            }
+        }
+    ], allowed
     # No rule grants Secrets beyond `get` in named namespaces, but the install hook's: it creates the two
     # generated Secrets and may read and patch those two only.
     for role in (d for d in docs if d["kind"] in ("Role", "ClusterRole")):
