@@ -206,7 +206,7 @@ class Controller:
             seen.add(group.uid)
             cached = self._specs.get(group.uid)
             if cached is None or cached[0] != group.generation:
-                cached = (group.generation, *validate(group.spec, self.settings.pod_policy))
+                cached = (group.generation, *validate(group.spec, self.settings.runner_policy))
                 self._specs[group.uid] = cached
             out.append((group, cached[1], cached[2]))
         for uid in set(self._specs) - seen:

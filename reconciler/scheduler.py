@@ -27,7 +27,7 @@ from reconciler.kube import Kube
 from reconciler.metrics import Metrics
 from reconciler.objects import GroupObject
 from reconciler.plan import Counts
-from reconciler.pod_policy import PodPolicy
+from reconciler.runner_policy import RunnerPolicy
 from reconciler.settings import Settings
 from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
@@ -230,7 +230,7 @@ def _spec(group: GroupObject) -> RunnerGroupSpec | None:
     return validate(group.spec)[0]
 
 
-def validate(spec: Mapping[str, Any], policy: PodPolicy | None = None) -> tuple[RunnerGroupSpec | None, str]:
+def validate(spec: Mapping[str, Any], policy: RunnerPolicy | None = None) -> tuple[RunnerGroupSpec | None, str]:
     """A spec validated (and held to the runner Pod `policy`), or None and what is wrong with it."""
     try:
         valid = RunnerGroupSpec.model_validate(dict(spec))

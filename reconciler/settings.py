@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from reconciler.pod_policy import PodPolicy
+from reconciler.runner_policy import RunnerPolicy
 from webhook_scaler.settings import RedisSettings
 
 
@@ -64,6 +64,14 @@ class Settings(RedisSettings):
             "any Secret labelled app.kubernetes.io/created-by=gitea-runner-scaler)."
         ),
     )
+    gitea_urls: str = Field(
+        "",
+        pattern=r"^(https?://[^\s,]+)?(,https?://[^\s,]+)*$",
+        description=(
+            "The Gitea URLs RunnerGroups may name (spec.gitea.url, or a path under one), comma-separated; "
+            "empty = any. A group naming another is refused: nothing is polled there, no runner registers."
+        ),
+    )
     runner_pod_allow_host_namespaces: bool = Field(
         False, description="Runner Pods may use the host's namespaces (a podTemplate's hostPID, hostIPC, hostNetwork)."
     )
@@ -117,14 +125,15 @@ class Settings(RedisSettings):
     log_format: Literal["json", "text"] = Field("json", description="Log format.")
 
     @property
-    def pod_policy(self) -> PodPolicy:
+    def runner_policy(self) -> RunnerPolicy:
         """The runner Pod policy these settings give."""
-        return PodPolicy(
+        return RunnerPolicy(
             host_namespaces=self.runner_pod_allow_host_namespaces,
             host_path=self.runner_pod_allow_host_path,
             service_account=self.runner_pod_allow_service_account,
             privileged=self.runner_pod_allow_privileged,
             docker=self.runner_pod_allow_docker,
+            gitea_urls=tuple(u for u in self.gitea_urls.split(",") if u),
         )
 
     @property

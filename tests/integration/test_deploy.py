@@ -701,7 +701,8 @@ def test_the_runner_pod_policy_refuses_a_runnergroup_asking_beyond_it_when_it_is
                 "spec": spec_dict(**({"podTemplate": template} if template else {}))}  # fmt: skip
 
     assert api_request(kube, "POST", groups, runner_group("before", hostPID=True))[0] == 201
-    policy = [d for d in render(ns, sets=(f"runnerNamespaces={{{ns}}}",)) if d["kind"] in POLICY_KINDS]
+    sets = (f"runnerNamespaces={{{ns}}}", "giteaURLs={http://Gitea.invalid:3000/}")
+    policy = [d for d in render(ns, sets=sets) if d["kind"] in POLICY_KINDS]
     assert [d["kind"] for d in policy] == list(POLICY_KINDS)
     for doc in policy:  # names of this test's own: another test may have applied the chart's
         doc["metadata"]["name"] += f"-{ns}"
@@ -722,6 +723,14 @@ def test_the_runner_pod_policy_refuses_a_runnergroup_asking_beyond_it_when_it_is
             status, body = api_request(kube, "POST", groups, runner_group(name, **pod))
             assert status == 422 and f"(runnerPodPolicy.{said})" in body["message"], body
         assert api_request(kube, "POST", groups, runner_group("plain", nodeSelector={"ci": "true"}))[0] == 201
+        # A Gitea the install does not serve is refused; the one it serves, written another way, is not.
+        elsewhere = runner_group("elsewhere")
+        elsewhere["spec"]["gitea"] = {"url": "https://gitea.invalid.attacker.example"}
+        status, body = api_request(kube, "POST", groups, elsewhere)
+        assert status == 422 and "spec.gitea.url is not a Gitea this install serves (giteaURLs)" in body["message"]
+        same = runner_group("same")
+        same["spec"]["gitea"] = {"url": "http://gitea.invalid:3000/"}
+        assert api_request(kube, "POST", groups, same)[0] == 201
         # The default (dind) image's runner container may say privileged itself: its Docker mode.
         dind = runner_group("dind", containers=[{"name": "runner", "securityContext": {"privileged": True}}])
         assert api_request(kube, "POST", groups, dind)[0] == 201

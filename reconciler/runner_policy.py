@@ -1,4 +1,4 @@
-"""Pure: the runner Pod policy the install's admin sets, and what a RunnerGroup's spec asks beyond it.
+"""Pure: the runner policy the install's admin sets, and what a RunnerGroup's spec asks beyond it.
 
 A RunnerGroup author may not be allowed to create Pods; the runner Pods the controller creates for
 them must not give them more than the admin allows. By default a group's `podTemplate` may not use
@@ -8,7 +8,9 @@ added-capability containers of its own (but the runner container of a dind image
 (`containerMode: dind`, a `dind` image), which run privileged, are allowed unless the admin turns
 them off. A group that asks more is refused with one message per thing it asked (its status's Ready
 condition), and no runner of it is started. The chart's ValidatingAdmissionPolicy refuses the same
-when the group is applied. Must not do I/O.
+when the group is applied. With `gitea_urls` set, a group's `gitea.url` must be one of them (or under
+one): no group makes the reconciler poll with its token, or its runners register, anywhere else.
+Must not do I/O.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from reconciler.dind import is_dind
 from reconciler.spec import RunnerGroupSpec
@@ -26,14 +29,16 @@ _CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
 
 @dataclass(frozen=True, slots=True)
-class PodPolicy:
-    """What a group's runner Pods may have; each field names the setting that allows it."""
+class RunnerPolicy:
+    """What a group's runner Pods may have (each field names the setting that allows it), and the Gitea
+    URLs groups may name (() for any)."""
 
     host_namespaces: bool = False
     host_path: bool = False
     service_account: bool = False
     privileged: bool = False
     docker: bool = True
+    gitea_urls: tuple[str, ...] = ()
 
     def violations(self, spec: RunnerGroupSpec) -> list[str]:
         """What the spec asks that this policy does not allow, one message each ([] if nothing)."""
@@ -42,7 +47,13 @@ class PodPolicy:
         if not self.docker and (spec.container_mode == "dind" or is_dind(spec.image)):
             what = "spec.containerMode: dind" if spec.container_mode == "dind" else f"spec.image {spec.image}"
             out.append(f"{what} runs a privileged Docker daemon (GRS_RUNNER_POD_ALLOW_DOCKER)")
-        return [f"not allowed by the install's runner Pod policy: {o}" for o in out]
+        refused = [f"not allowed by the install's runner Pod policy: {o}" for o in out]
+        if self.gitea_urls and not any(_under(spec.gitea.url, allowed) for allowed in self.gitea_urls):
+            allowed = ", ".join(self.gitea_urls)
+            refused.append(
+                f"spec.gitea.url {spec.gitea.url} is not a Gitea this install serves (GRS_GITEA_URLS: {allowed})"
+            )
+        return refused
 
     def _asked(self, pod: dict[str, Any], *, dind_image: bool) -> Iterator[tuple[str, str]]:
         """(field path, the setting that would allow it) for each thing the pod spec asks. The runner
@@ -74,3 +85,11 @@ class PodPolicy:
                         yield f"{where}.{kind}[{i}].securityContext.privileged", "GRS_RUNNER_POD_ALLOW_PRIVILEGED"
                     if (context.get("capabilities") or {}).get("add"):
                         yield f"{where}.{kind}[{i}].securityContext.capabilities.add", "GRS_RUNNER_POD_ALLOW_PRIVILEGED"
+
+
+def _under(url: str, allowed: str) -> bool:
+    """Whether `url` is `allowed` or a path under it (scheme and host compared case-insensitively)."""
+    u, a = urlsplit(url.rstrip("/")), urlsplit(allowed.rstrip("/"))
+    if (u.scheme.lower(), u.netloc.lower()) != (a.scheme.lower(), a.netloc.lower()):
+        return False
+    return u.path == a.path or u.path.startswith(a.path + "/")

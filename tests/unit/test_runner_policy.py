@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.pod_policy import PodPolicy
+from reconciler.runner_policy import RunnerPolicy
 from reconciler.scheduler import validate
 from reconciler.settings import Settings
 from tests.groups import spec, spec_dict
@@ -63,16 +63,17 @@ def test_a_pod_template_asking_beyond_the_policy_is_refused_naming_the_field_and
     pod: dict[str, Any], said: str, allow: str
 ) -> None:
     asked = spec(image=HOST, podTemplate=template(**pod))
-    assert PodPolicy().violations(asked) == [f"not allowed by the install's runner Pod policy: {said}"]
-    assert PodPolicy(**{allow: True}).violations(asked) == [], "the admin's setting allows it"
+    assert RunnerPolicy().violations(asked) == [f"not allowed by the install's runner Pod policy: {said}"]
+    allowed: dict[str, Any] = {allow: True}
+    assert RunnerPolicy(**allowed).violations(asked) == [], "the admin's setting allows it"
 
 
 def test_the_default_policy_allows_plain_templates_and_the_docker_modes() -> None:
     plain = template(nodeSelector={"ci": "true"}, volumes=[{"name": "w", "emptyDir": {}}])
-    assert PodPolicy().violations(spec(image=HOST, podTemplate=plain)) == []
-    assert PodPolicy().violations(spec()) == [], "the default image (dind-rootless) runs"
-    assert PodPolicy().violations(spec(image=HOST, containerMode="dind")) == []
-    off = PodPolicy(docker=False)
+    assert RunnerPolicy().violations(spec(image=HOST, podTemplate=plain)) == []
+    assert RunnerPolicy().violations(spec()) == [], "the default image (dind-rootless) runs"
+    assert RunnerPolicy().violations(spec(image=HOST, containerMode="dind")) == []
+    off = RunnerPolicy(docker=False)
     assert off.violations(spec(image=HOST, containerMode="dind")) == [
         "not allowed by the install's runner Pod policy: spec.containerMode: dind runs a privileged Docker daemon "
         "(GRS_RUNNER_POD_ALLOW_DOCKER)"
@@ -81,16 +82,40 @@ def test_the_default_policy_allows_plain_templates_and_the_docker_modes() -> Non
     assert off.violations(spec(image=HOST)) == []
     # A dind image's runner container says privileged itself: its Docker mode, not a privileged ask.
     runner = {"containers": [{"name": "runner", "securityContext": {"privileged": True}}]}
-    assert PodPolicy().violations(spec(podTemplate=template(**runner))) == []
-    assert PodPolicy().violations(spec(image=HOST, podTemplate=template(**runner))) != []
+    assert RunnerPolicy().violations(spec(podTemplate=template(**runner))) == []
+    assert RunnerPolicy().violations(spec(image=HOST, podTemplate=template(**runner))) != []
 
 
 def test_the_settings_make_the_policy_and_validation_reports_every_refusal() -> None:
-    policy = Settings(runner_pod_allow_host_path=True, runner_pod_allow_docker=False).pod_policy
-    assert policy == PodPolicy(host_path=True, docker=False)
+    policy = Settings(runner_pod_allow_host_path=True, runner_pod_allow_docker=False).runner_policy
+    assert policy == RunnerPolicy(host_path=True, docker=False)
     asked = spec_dict(image=HOST, podTemplate=template(hostPID=True, serviceAccountName="deployer"))
-    valid, problem = validate(asked, Settings().pod_policy)
+    valid, problem = validate(asked, Settings().runner_policy)
     assert valid is None
     assert problem.count("not allowed by the install's runner Pod policy") == 2, problem
     assert "hostPID" in problem and "serviceAccountName" in problem
     assert validate(asked)[0] is not None, "without a policy, the schema alone"
+
+
+@pytest.mark.parametrize(
+    ("url", "served"),
+    [
+        ("https://gitea.example.com", True),
+        ("https://GITEA.example.com/", True),
+        ("https://gitea.example.com/sub/path", True),
+        ("https://git.internal:3000/gitea", True),
+        ("https://gitea.example.com.evil.net", False),
+        ("https://gitea.example.com:8443", False),
+        ("http://gitea.example.com", False),
+        ("https://git.internal:3000/giteax", False),
+        ("https://attacker.example.net", False),
+    ],
+)
+def test_a_group_may_name_only_a_gitea_the_install_serves(url: str, served: bool) -> None:
+    policy = Settings(gitea_urls="https://gitea.example.com/,https://git.internal:3000/gitea").runner_policy
+    refused = policy.violations(spec(image=HOST, gitea={"url": url}))
+    assert refused == ([] if served else [
+        f"spec.gitea.url {url} is not a Gitea this install serves "
+        "(GRS_GITEA_URLS: https://gitea.example.com/, https://git.internal:3000/gitea)"
+    ])  # fmt: skip
+    assert RunnerPolicy().violations(spec(image=HOST, gitea={"url": url})) == [], "no list: any Gitea"
