@@ -71,14 +71,9 @@ async def _handle(request: web.Request) -> tuple[web.Response, str, str]:
     settings, store, metrics = request.app[SETTINGS], request.app[STORE], request.app[METRICS]
     body = await _read_body(request, settings.max_body_bytes)
     try:
-        parsed = delivery.parse(body, headers=request.headers, secrets=settings.secret_bytes)
-    except delivery.SignatureError as exc:
-        metrics.signature_failures.labels(reason=exc.reason).inc()
-        log.info("webhook refused", extra={"reason": exc.reason, "remote": request.remote})
-        return _json(401, error=exc.message), "unknown", exc.reason
-    except delivery.PayloadError as exc:
-        log.info("webhook refused", extra={"reason": exc.reason, "detail": exc.message})
-        return _json(400, error=exc.message), "unknown", exc.reason
+        parsed = delivery.parse(body, headers=request.headers, secrets=settings.signing_keys)
+    except delivery.DeliveryError as exc:
+        return _refused(request, exc), "unknown", exc.reason
     if parsed.payload is None:
         return _json(200, outcome="ignored", event=parsed.event), parsed.event, "ignored"
 
@@ -105,8 +100,21 @@ async def _handle(request: web.Request) -> tuple[web.Response, str, str]:
                 "previous": result.previous,
             },
         )
+    if result.outcome is Outcome.CONFLICT:  # a delivery about another repository's job: nothing written
+        message = f"job {update.job_id} is recorded for another repository; not recorded"
+        return _json(409, error=message), parsed.event, result.outcome.value
     body_out = {"outcome": result.outcome.value, "job_id": update.job_id, "state": result.state}
     return web.json_response(body_out), parsed.event, result.outcome.value
+
+
+def _refused(request: web.Request, exc: delivery.DeliveryError) -> web.Response:
+    """A refused delivery's answer: 401 for its signature, 403 for an owner its secret may not speak
+    for (both counted as signature failures), 400 for its payload."""
+    status = 401 if isinstance(exc, delivery.SignatureError) else 403 if isinstance(exc, delivery.OwnerError) else 400
+    if status != 400:
+        request.app[METRICS].signature_failures.labels(reason=exc.reason).inc()
+    log.info("webhook refused", extra={"reason": exc.reason, "detail": exc.message, "remote": request.remote})
+    return _json(status, error=exc.message)
 
 
 async def healthz(request: web.Request) -> web.Response:

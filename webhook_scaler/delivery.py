@@ -1,9 +1,10 @@
 """Verifies and parses one Gitea webhook delivery: bytes and headers in, a typed event or a typed error out.
 
 Owns: the signature check (hex HMAC-SHA256 of the raw body in `X-Gitea-Signature`, or `sha256=` in
-`X-Hub-Signature-256`; SHA-1 is never accepted), the event and delivery-id headers, the form-encoded
-variant, and parsing into `gitea` models. Must not do I/O, log, or know about HTTP status codes: the
-aiohttp handler maps the errors raised here to statuses.
+`X-Hub-Signature-256`; SHA-1 is never accepted), which owners the secret that signed may speak for,
+the event and delivery-id headers, the form-encoded variant, and parsing into `gitea` models. Must
+not do I/O, log, or know about HTTP status codes: the aiohttp handler maps the errors raised here to
+statuses.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs
 
 from pydantic import ValidationError
@@ -44,10 +45,24 @@ class MissingSignatureError(SignatureError):
     reason = "missing_signature"
 
 
+class OwnerError(DeliveryError):
+    """Signed with a secret bound to other owners than the delivery's repository's."""
+
+    reason = "foreign_owner"
+
+
 class PayloadError(DeliveryError):
     """The body is not JSON, or not a payload of the shape its event promises."""
 
     reason = "bad_payload"
+
+
+@dataclass(frozen=True, slots=True)
+class SigningKey:
+    """A webhook secret, and the owners (lower-case) whose repositories it may speak for; None: any."""
+
+    secret: bytes = field(repr=False)
+    owners: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +98,13 @@ def signed_bytes(body: bytes, *, content_type: str) -> bytes:
     return payload.encode("utf-8")
 
 
-def verify(payload: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes]) -> None:
-    """Raise SignatureError unless the SHA-256 signature was made over `payload` with one of `secrets`.
+def verify(payload: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes | SigningKey]) -> SigningKey | None:
+    """The key whose secret made the SHA-256 signature over `payload`; SignatureError if none did.
 
-    With no secrets configured (the explicitly insecure mode) every delivery is accepted.
+    With no secrets configured (the explicitly insecure mode) every delivery is accepted (None).
     """
     if not secrets:
-        return
+        return None
     given = header(headers, "X-Gitea-Signature")
     if not given:
         hub = header(headers, "X-Hub-Signature-256")
@@ -102,17 +117,19 @@ def verify(payload: bytes, *, headers: Mapping[str, str], secrets: Sequence[byte
         given_bytes = bytes.fromhex(given)
     except ValueError as exc:
         raise SignatureError("signature is not hex") from exc
-    for secret in secrets:
-        expected = hmac.new(secret, payload, hashlib.sha256).digest()
+    for key in secrets:
+        key = key if isinstance(key, SigningKey) else SigningKey(key)
+        expected = hmac.new(key.secret, payload, hashlib.sha256).digest()
         if hmac.compare_digest(expected, given_bytes):
-            return
+            return key
     raise SignatureError("signature does not match")
 
 
-def parse(body: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes]) -> Delivery:
-    """Verify and parse a delivery; raise a DeliveryError subclass for anything to refuse."""
+def parse(body: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes | SigningKey]) -> Delivery:
+    """Verify and parse a delivery; raise a DeliveryError subclass for anything to refuse (OwnerError:
+    a `workflow_job` about a repository whose owner the signing secret may not speak for)."""
     payload = signed_bytes(body, content_type=header(headers, "Content-Type"))
-    verify(payload, headers=headers, secrets=secrets)
+    key = verify(payload, headers=headers, secrets=secrets)
     event = header(headers, "X-Gitea-Event-Type") or header(headers, "X-Gitea-Event")
     if not event:
         raise PayloadError("no X-Gitea-Event or X-Gitea-Event-Type header")
@@ -128,4 +145,7 @@ def parse(body: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes]) 
             raise PayloadError("body is not valid JSON") from exc
         fields = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in errors[:5])
         raise PayloadError(f"workflow_job payload does not fit the model: {fields}") from exc
+    owner = parsed.repository.full_name.split("/", 1)[0].lower()
+    if key is not None and key.owners is not None and owner not in key.owners:
+        raise OwnerError(f"this webhook secret may not speak for the repositories of {owner}")
     return Delivery(event=event, delivery_id=delivery_id, payload=parsed)

@@ -34,6 +34,7 @@ class Outcome(StrEnum):
     APPLIED = "applied"
     DUPLICATE = "duplicate"  # this delivery id was recorded before
     STALE = "stale"  # older than what is stored: changes nothing
+    CONFLICT = "conflict"  # the job is recorded for another repository: changes nothing
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,11 +5,13 @@ Must not create clients or be imported for a module-level singleton.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from webhook_scaler.config import FromFile
+from webhook_scaler.delivery import SigningKey
 from webhook_scaler.redis_client import parse_url
 
 
@@ -55,6 +57,10 @@ class RedisSettings(BaseModel):
         return value
 
 
+# A secret bound to owners: `@owner1,owner2 SECRET`.
+_BOUND = re.compile(r"@([^\s,]+(?:,[^\s,]+)*)\s+(\S.*)")
+
+
 class Settings(RedisSettings):
     """The receiver process's settings."""
 
@@ -65,7 +71,9 @@ class Settings(RedisSettings):
         (),
         description=(
             "Accepted webhook secrets, one per line in GRS_WEBHOOK_SECRET or the file named by "
-            "GRS_WEBHOOK_SECRET_FILE; several may be valid at once (rotation, one webhook per org)."
+            "GRS_WEBHOOK_SECRET_FILE; several may be valid at once (rotation, one webhook per org). A line "
+            "`@owner1,owner2 SECRET` binds SECRET to those owners' repositories: a delivery about another "
+            "owner's gets 403."
         ),
     )
     insecure_accept_unsigned_webhooks: bool = Field(
@@ -83,6 +91,15 @@ class Settings(RedisSettings):
             return tuple(line.strip() for line in value.splitlines() if line.strip())
         return value
 
+    @field_validator("webhook_secrets", mode="after")
+    @classmethod
+    def _bound_lines_name_a_secret(cls, value: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
+        for n, line in enumerate(value, 1):
+            text = line.get_secret_value()
+            if text.startswith("@") and not _BOUND.fullmatch(text):
+                raise ValueError(f"line {n}: a bound secret is `@owner1,owner2 SECRET` (owners, a space, the secret)")
+        return value
+
     @model_validator(mode="after")
     def _secret_or_explicitly_insecure(self) -> Settings:
         if not self.webhook_secrets and not self.insecure_accept_unsigned_webhooks:
@@ -93,6 +110,15 @@ class Settings(RedisSettings):
         return self
 
     @property
-    def secret_bytes(self) -> tuple[bytes, ...]:
-        """The secrets as the HMAC wants them."""
-        return tuple(s.get_secret_value().encode("utf-8") for s in self.webhook_secrets)
+    def signing_keys(self) -> tuple[SigningKey, ...]:
+        """The secrets as the HMAC wants them, each with the owners it is bound to (None: any)."""
+        keys = []
+        for line in self.webhook_secrets:
+            text = line.get_secret_value()
+            bound = _BOUND.fullmatch(text)
+            if bound:
+                owners = frozenset(o.lower() for o in bound.group(1).split(","))
+                keys.append(SigningKey(bound.group(2).encode("utf-8"), owners))
+            else:
+                keys.append(SigningKey(text.encode("utf-8")))
+        return tuple(keys)

@@ -275,3 +275,33 @@ async def test_custom_webhook_path(aiohttp_client: MakeClient, redis: Redis) -> 
     raw, headers = signed(payload("queued"), secret=SECRET)
     assert (await client.post("/hooks/gitea", data=raw, headers=headers)).status == 200
     assert (await client.post("/webhook", data=raw, headers=headers)).status in (404, 405)
+
+
+async def test_a_secret_bound_to_owners_speaks_for_theirs_only_and_no_delivery_moves_anothers_job(
+    aiohttp_client: MakeClient, redis: Redis
+) -> None:
+    """One webhook secret per org: a delivery signed with evil's secret about acme's repository gets 403;
+    about evil's own repository but naming acme's job id (to finish it, naming acme's busy runner) it
+    gets 409. Neither writes anything; acme's job stays as acme's deliveries left it."""
+    app = create_app(
+        Settings(webhook_secrets=["@acme acme-secret", "@evil evil-secret"]), redis=redis, registry=CollectorRegistry()
+    )
+    client = await aiohttp_client(app)
+
+    async def deliver(body: dict[str, Any], secret: str) -> Any:
+        raw, headers = signed(body, secret=secret)
+        return await client.post("/webhook", data=raw, headers=headers)
+
+    assert (await deliver(payload("queued", job_id=7, repo="acme/widgets"), "acme-secret")).status == 200
+    assert (await deliver(payload("in_progress", job_id=7, repo="acme/widgets"), "acme-secret")).status == 200
+    before = await redis.hgetall("{grs}:job:7")
+    foreign = await deliver(payload("completed", job_id=7, repo="acme/widgets"), "evil-secret")
+    assert foreign.status == 403
+    assert (await foreign.json())["error"] == "this webhook secret may not speak for the repositories of acme"
+    hijack = await deliver(payload("completed", job_id=7, repo="evil/tools"), "evil-secret")
+    assert hijack.status == 409, await hijack.text()
+    assert (await hijack.json())["error"] == "job 7 is recorded for another repository; not recorded"
+    assert await redis.hgetall("{grs}:job:7") == before
+    assert await redis.zcard("{grs}:done") == 0, "no runner was reported done"
+    assert (await deliver(payload("queued", job_id=8, repo="evil/tools"), "evil-secret")).status == 200
+    assert await metric(client, "grs_webhook_signature_failures_total", reason="foreign_owner") == 1

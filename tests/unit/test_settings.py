@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from reconciler.settings import Settings as ReconcilerSettings
 from webhook_scaler.config import ConfigError, load
+from webhook_scaler.delivery import SigningKey
 from webhook_scaler.settings import Settings
 
 
@@ -23,15 +24,32 @@ def test_no_secret_refuses_to_start() -> None:
 
 def test_explicit_insecure_mode_starts_without_secret() -> None:
     s = from_env({"GRS_INSECURE_ACCEPT_UNSIGNED_WEBHOOKS": "true"})
-    assert s.secret_bytes == ()
+    assert s.signing_keys == ()
 
 
 def test_secrets_from_a_mounted_file_one_per_line(tmp_path: Path) -> None:
     f = tmp_path / "secrets"
     f.write_text("first-secret\n\nsecond-secret\n")
     s = from_env({"GRS_WEBHOOK_SECRET_FILE": str(f), "GRS_REDIS_PASSWORD": "pw"})
-    assert s.secret_bytes == (b"first-secret", b"second-secret")
+    assert s.signing_keys == (SigningKey(b"first-secret"), SigningKey(b"second-secret"))
     assert "first-secret" not in repr(s) and "pw" not in repr(s)
+
+
+def test_a_secret_line_may_bind_the_secret_to_owners(tmp_path: Path) -> None:
+    f = tmp_path / "secrets"
+    f.write_text("@Acme,beta  s3cret-acme\nany-owner\n")
+    keys = from_env({"GRS_WEBHOOK_SECRET_FILE": str(f)}).signing_keys
+    assert keys == (SigningKey(b"s3cret-acme", frozenset({"acme", "beta"})), SigningKey(b"any-owner"))
+    assert "s3cret" not in repr(keys)
+
+
+@pytest.mark.parametrize("line", ["@acme", "@ s3cret", "@, s3cret"])
+def test_a_bound_line_without_owners_or_secret_is_refused_without_echoing_it(tmp_path: Path, line: str) -> None:
+    f = tmp_path / "secrets"
+    f.write_text(f"ok-secret\n{line}\n")
+    with pytest.raises(ConfigError, match="line 2: a bound secret is `@owner1,owner2 SECRET`") as refused:
+        from_env({"GRS_WEBHOOK_SECRET_FILE": str(f)})
+    assert "s3cret" not in str(refused.value)
 
 
 def test_redis_password_from_a_file_for_both_processes(tmp_path: Path) -> None:
