@@ -99,7 +99,8 @@ def signed_bytes(body: bytes, *, content_type: str) -> bytes:
 
 
 def verify(payload: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes | SigningKey]) -> SigningKey | None:
-    """The key whose secret made the SHA-256 signature over `payload`; SignatureError if none did.
+    """The key whose secret made the SHA-256 signature over `payload` (with the owners of every line
+    holding that secret); SignatureError if none did.
 
     With no secrets configured (the explicitly insecure mode) every delivery is accepted (None).
     """
@@ -117,12 +118,18 @@ def verify(payload: bytes, *, headers: Mapping[str, str], secrets: Sequence[byte
         given_bytes = bytes.fromhex(given)
     except ValueError as exc:
         raise SignatureError("signature is not hex") from exc
+    matched = []
     for key in secrets:
         key = key if isinstance(key, SigningKey) else SigningKey(key)
         expected = hmac.new(key.secret, payload, hashlib.sha256).digest()
         if hmac.compare_digest(expected, given_bytes):
-            return key
-    raise SignatureError("signature does not match")
+            matched.append(key)
+    if not matched:
+        raise SignatureError("signature does not match")
+    # One secret on several lines speaks for all their owners (any, if one line is bare).
+    if any(k.owners is None for k in matched):
+        return SigningKey(matched[0].secret)
+    return SigningKey(matched[0].secret, frozenset(o for k in matched for o in k.owners or ()))
 
 
 def parse(body: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes | SigningKey]) -> Delivery:

@@ -17,7 +17,7 @@ local now = tonumber(_t[1]) * 1000 + math.floor(tonumber(_t[2]) / 1000)
 
 # KEYS: job, delivery (a key under the hash tag even when there is no delivery id), idx all, idx owner,
 #   idx repo, claim, stream, busy, done, observations
-# A job recorded for one repository takes no update naming another ('conflict': nothing written).
+# A job recorded for one repository takes no webhook naming another ('conflict'); Gitea's own listing wins.
 # ARGV[1]: one JSON object (one argument packs far faster than thirty): rank, state, ttl (s),
 #   delivered (a webhook delivery id is in KEYS[2]), delivery_ttl (s), maxlen, index_age (ms), poll_since
 #   (Redis ms, -1 = a webhook), id, fields
@@ -29,7 +29,7 @@ local job, dkey, id = KEYS[1], KEYS[2], a.id
 local rank, state = tonumber(a.rank), a.state
 local poll_since = tonumber(a.poll_since)
 local cur = redis.call('HMGET', job, 'rank', 'state', 'updated_ms', 'queued_ms', 'started_ms', 'runner', 'repo')
-if cur[7] and cur[7] ~= a.fields.repo then return {'conflict', cur[2] or ''} end
+if cur[7] and cur[7] ~= a.fields.repo and tonumber(a.poll_since) < 0 then return {'conflict', cur[2] or ''} end
 if a.delivered and redis.call('SET', dkey, '1', 'NX', 'EX', a.delivery_ttl) == false then
   return {'duplicate', cur[2] or ''}
 end

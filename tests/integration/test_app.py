@@ -17,11 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from tests.conftest import SECRET, RecordedDelivery
-from tests.jobs import payload, signed
+from tests.jobs import model, payload, signed
 from tests.redis_server import RedisServer
 from webhook_scaler.app import create_app
-from webhook_scaler.jobs import ALL
-from webhook_scaler.queue import JobStore
+from webhook_scaler.jobs import ALL, JobUpdate
+from webhook_scaler.queue import JobStore, Outcome
 from webhook_scaler.settings import Settings
 
 Client = TestClient[web.Request, web.Application]
@@ -305,3 +305,11 @@ async def test_a_secret_bound_to_owners_speaks_for_theirs_only_and_no_delivery_m
     assert await redis.zcard("{grs}:done") == 0, "no runner was reported done"
     assert (await deliver(payload("queued", job_id=8, repo="evil/tools"), "evil-secret")).status == 200
     assert await metric(client, "grs_webhook_signature_failures_total", reason="foreign_owner") == 1
+    # evil squats a job id before acme's job exists; acme's own webhook is refused, but Gitea's listing
+    # (the poller's) is the truth and takes the job back for acme.
+    assert (await deliver(payload("in_progress", job_id=9, repo="evil/tools"), "evil-secret")).status == 200
+    assert (await deliver(payload("queued", job_id=9, repo="acme/widgets"), "acme-secret")).status == 409
+    store = JobStore(redis)
+    polled = JobUpdate.from_payload(model("queued", job_id=9, repo="acme/widgets"))
+    assert (await store.record(polled, polled_since_ms=await store.now_ms())).outcome is Outcome.APPLIED
+    assert [(j.job_id, j.repo) for j in await store.queued(ALL)] == [(8, "evil/tools"), (9, "acme/widgets")]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from urllib.parse import quote
 
 import pytest
 
 from tests.conftest import SECRET, RecordedDelivery, load_deliveries
+from tests.jobs import payload
 from webhook_scaler import delivery
 from webhook_scaler.gitea import JobStatus, WorkflowJobPayload
 
@@ -165,3 +167,12 @@ def test_no_secrets_configured_accepts_unsigned(deliveries: dict[str, RecordedDe
     d = deliveries["01-queued.json"]
     headers = without(d.headers, *SIG_HEADERS)
     assert delivery.parse(d.body, headers=headers, secrets=[]).payload is not None
+
+
+def test_a_secret_on_several_bound_lines_speaks_for_all_their_owners() -> None:
+    body = json.dumps(payload("queued", repo="beta/tools")).encode()
+    headers = {"X-Gitea-Signature": sign(body, b"shared"), "X-Gitea-Event": "workflow_job"}
+    keys = [delivery.SigningKey(b"shared", frozenset({"acme"})), delivery.SigningKey(b"shared", frozenset({"beta"}))]
+    assert delivery.parse(body, headers=headers, secrets=keys).payload is not None
+    with pytest.raises(delivery.OwnerError, match="may not speak for the repositories of beta"):
+        delivery.parse(body, headers=headers, secrets=keys[:1])
