@@ -81,7 +81,7 @@ def egress(settings: Settings) -> tuple[Egress, ssl.SSLContext]:
     file that cannot be read, or a CA file that holds no certificate, stops the start with a clear message."""
     context = ssl.create_default_context()
     pem = _read("GRS_GITEA_CA_FILE", settings.gitea_ca_file)
-    if pem:
+    if settings.gitea_ca_file:  # an empty file too: it names no certificate
         try:
             context.load_verify_locations(cadata=pem)
         except (ssl.SSLError, ValueError):

@@ -12,6 +12,8 @@ from reconciler.crd import GROUP, VERSION
 from reconciler.manifests import GroupRef
 
 COMPONENT = "gitea-runner-scaler"
+# Why a Secret of the install (named in GRS_PROTECTED_SECRETS, or made by us) is refused to a group.
+PROTECTED_SECRET = "is the install's own: a RunnerGroup may not use it"  # noqa: S105 (a message)
 # What the Job controller lists of the Events it records when a Pod of a Job cannot be created.
 FAILED_CREATE_SELECTOR = "involvedObject.kind=Job,reason=FailedCreate"
 

@@ -23,7 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
 
 from reconciler.crd import GROUP, PLURAL, VERSION
-from reconciler.events import COMPONENT, FAILED_CREATE_SELECTOR, event_body, refusals
+from reconciler.events import COMPONENT, FAILED_CREATE_SELECTOR, PROTECTED_SECRET, event_body, refusals
 from reconciler.manifests import GroupRef
 from reconciler.status import SEAT_EPOCH
 
@@ -239,7 +239,7 @@ class Kube:
                 raise PermanentError(f"Secret {namespace}/{name} not found") from None
             raise classify(exc) from None
         if (namespace, name) in self.protected or (secret.metadata.labels or {}).get(CREATED_BY) == COMPONENT:
-            raise PermanentError(f"Secret {namespace}/{name} is the install's own: a RunnerGroup may not use it")
+            raise PermanentError(f"Secret {namespace}/{name} {PROTECTED_SECRET}")
         data = secret.data or {}
         if key not in data:
             raise PermanentError(f"Secret {namespace}/{name} has no key {key!r}")
@@ -248,11 +248,9 @@ class Kube:
     async def ensure_secret_key(
         self, namespace: str, name: str, key: str, make: Callable[[], str], *, replace: bool = False
     ) -> bool:
-        """Give Secret `name` the key `key` (value `make()`) unless it has one (`replace`: that value).
-
-        True if it wrote. Creates the Secret if it is missing; without `replace` an existing value is never replaced, so
-        this is safe to run on every install and upgrade. Values never appear in errors.
-        """
+        """Give Secret `name` the key `key` (value `make()`) unless it has one (`replace`: that value); True
+        if it wrote. Creates the Secret if missing; without `replace` a value is never replaced, so this
+        is safe on every install and upgrade. Values never appear in errors."""
         try:
             secret = await self.core.read_namespaced_secret(name, namespace, _request_timeout=REQUEST_TIMEOUT)
         except ApiException as exc:
@@ -277,8 +275,9 @@ class Kube:
                     "data": {key: value},
                 }
                 await self.core.create_namespaced_secret(namespace, cast(Any, body), _request_timeout=REQUEST_TIMEOUT)
-            else:  # the resourceVersion makes a concurrent writer fail with 409 instead of being overwritten
-                patch = {"metadata": {"resourceVersion": secret.metadata.resource_version}, "data": {key: value}}
+            else:  # a concurrent writer fails with 409 (resourceVersion); our label marks it the install's own
+                meta = {"resourceVersion": secret.metadata.resource_version, "labels": {CREATED_BY: COMPONENT}}
+                patch = {"metadata": meta, "data": {key: value}}
                 await self.core.patch_namespaced_secret(
                     name, namespace, cast(Any, patch), _request_timeout=REQUEST_TIMEOUT
                 )

@@ -38,8 +38,9 @@ class RunnerCache:
 
     @property
     def digest(self) -> str:
-        """What runners get, for the template hash: a new URL or a rotated secret replaces idle runners."""
-        return hashlib.sha256(f"{self.url}\n{self.secret}".encode()).hexdigest()[:16]
+        """What runners get, for the template hash: a new URL replaces idle runners. Not the secret (a
+        hash of it would be on every Job, open to guessing): a rotated one reaches new runners."""
+        return hashlib.sha256(f"{self.url}\n{self.secret_name if self.secret else ''}".encode()).hexdigest()[:16]
 
     def register_env(self, state_dir: str) -> list[dict[str, Any]]:
         """The register step's: the URL, the secret (by reference), and where to write the config."""
@@ -57,7 +58,7 @@ class RunnerCache:
         return [{"name": CONFIG_FILE, "value": config_path(state_dir)}]
 
 
-# awk: the base config with `cache:` set to ours. A block `cache:` keeps its other keys and its
+# awk: the base config (CRLF or LF) with `cache:` set to ours. A block `cache:` keeps its other keys and its
 # indentation, losing only enabled / external_server / external_secret; a one-line `cache:` (flow
 # style) is replaced; none at all gets ours appended. Values are written as YAML single-quoted strings.
 _MERGE = r"""
@@ -68,6 +69,7 @@ function ours(ind) {
   if (ENVIRON["GRS_CACHE_SECRET"] != "") print ind "external_secret: " q(ENVIRON["GRS_CACHE_SECRET"])
   done = 1
 }
+{ sub(/\r$/, "") }
 /^cache:[ \t]*(#.*)?$/ { print; block = 1; next }
 /^cache:/ { print "cache:"; ours("  "); next }
 block && /^[^ \t#]/ { if (!done) ours("  "); block = 0 }

@@ -7,10 +7,11 @@ the host's namespaces (`hostPID`, `hostIPC`, `hostNetwork`), `hostPath` volumes,
 added-capability containers of its own (but the runner container of a dind image); the Docker modes
 (`containerMode: dind`, a `dind` image), which run privileged, are allowed unless the admin turns
 them off. A group that asks more is refused with one message per thing it asked (its status's Ready
-condition), and no runner of it is started. The chart's ValidatingAdmissionPolicy refuses the same
-when the group is applied. With `gitea_urls` set, a group's `gitea.url` must be one of them (or under
-one): no group makes the reconciler poll with its token, or its runners register, anywhere else.
-Must not do I/O.
+condition), and no runner of it is started; so is a podTemplate naming one of the install's own
+Secrets (`secret_names`). The chart's ValidatingAdmissionPolicy refuses the same (but the Secret
+names) when the group is applied. With `gitea_urls` set, a group's `gitea.url` must be one of them
+(or under one): no group makes the reconciler poll with its token, or its runners register,
+anywhere else. Must not do I/O.
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ class RunnerPolicy:
     privileged: bool = False
     docker: bool = True
     gitea_urls: tuple[str, ...] = ()
+    secret_names: frozenset[str] = frozenset()  # the install's own Secrets: no podTemplate may name them
 
     def violations(self, spec: RunnerGroupSpec) -> list[str]:
         """What the spec asks that this policy does not allow, one message each ([] if nothing)."""
         pod = (spec.pod_template or {}).get("spec") or {}
         out = [f"{field} ({setting})" for field, setting in self._asked(pod, dind_image=is_dind(spec.image))]
+        out += [f"{field}: Secret {name} (GRS_PROTECTED_SECRETS)" for field, name in _secret_refs(pod)
+                if name in self.secret_names]  # fmt: skip
         if not self.docker and (spec.container_mode == "dind" or is_dind(spec.image)):
             what = "spec.containerMode: dind" if spec.container_mode == "dind" else f"spec.image {spec.image}"
             out.append(f"{what} runs a privileged Docker daemon (GRS_RUNNER_POD_ALLOW_DOCKER)")
@@ -85,6 +89,26 @@ class RunnerPolicy:
                         yield f"{where}.{kind}[{i}].securityContext.privileged", "GRS_RUNNER_POD_ALLOW_PRIVILEGED"
                     if (context.get("capabilities") or {}).get("add"):
                         yield f"{where}.{kind}[{i}].securityContext.capabilities.add", "GRS_RUNNER_POD_ALLOW_PRIVILEGED"
+
+
+def _secret_refs(pod: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(field path, Secret name) of every Secret the pod spec names: env, envFrom, volumes."""
+    where = "spec.podTemplate.spec"
+    for kind in _CONTAINER_LISTS:
+        for i, container in enumerate(pod.get(kind) or []):
+            for j, env in enumerate(container.get("env") or []):
+                ref = (env.get("valueFrom") or {}).get("secretKeyRef") or {}
+                if ref.get("name"):
+                    yield f"{where}.{kind}[{i}].env[{j}]", ref["name"]
+            for j, source in enumerate(container.get("envFrom") or []):
+                if (source.get("secretRef") or {}).get("name"):
+                    yield f"{where}.{kind}[{i}].envFrom[{j}]", source["secretRef"]["name"]
+    for i, volume in enumerate(pod.get("volumes") or []):
+        if (volume.get("secret") or {}).get("secretName"):
+            yield f"{where}.volumes[{i}].secret", volume["secret"]["secretName"]
+        for source in (volume.get("projected") or {}).get("sources") or []:
+            if (source.get("secret") or {}).get("name"):
+                yield f"{where}.volumes[{i}].projected", source["secret"]["name"]
 
 
 def _under(url: str, allowed: str) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from reconciler.egress import DIRECT, Egress
+from reconciler.events import PROTECTED_SECRET
 from reconciler.kube import Kube, PermanentError, TransientError
 from reconciler.manifests import build_job
 from reconciler.names import job_name, runner_retry, runner_suffix
@@ -208,14 +209,18 @@ class Seating:
         self._shared[namespace] = time.monotonic()
 
     async def vet_registration_token(self, namespace: str, spec: RunnerGroupSpec) -> None:
-        """Read the group's registration token Secret before its runners' kubelet does: a Secret that is
-        missing, lacks the key, or is the install's own (`Kube.secret_value`) stops the group with
-        that reason, before any runner could send it to the group's Gitea. Again every few minutes."""
+        """Read the group's registration token Secret before its runners' kubelet does: one that is the
+        install's own (`Kube.secret_value`) stops the group with that reason, before any runner could
+        send it to the group's Gitea. Again every few minutes."""
         ref = spec.registration_token.secret_ref
         where = (namespace, ref.name, ref.key)
         if time.monotonic() - self._vetted.get(where, -1e9) < SHARE_EVERY_S:
             return
-        await self.kube.secret_value(*where)
+        try:
+            await self.kube.secret_value(*where)
+        except PermanentError as exc:  # a Secret not there (yet): the runner's kubelet waits for it, as ever
+            if PROTECTED_SECRET in str(exc):
+                raise
         self._vetted[where] = time.monotonic()
 
     async def confirm(self, outcomes: Iterable[tuple[Create, str, object]]) -> None:

@@ -134,6 +134,10 @@ class Settings(RedisSettings):
             privileged=self.runner_pod_allow_privileged,
             docker=self.runner_pod_allow_docker,
             gitea_urls=tuple(u for u in self.gitea_urls.split(",") if u),
+            secret_names=frozenset(
+                [name for _, name in self.protected]
+                + ([self.runner_cache_secret_name] if self.runner_cache_url else [])
+            ),
         )
 
     @property

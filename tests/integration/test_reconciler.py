@@ -319,11 +319,19 @@ async def test_the_cache_servers_secret_is_kept_in_the_runner_namespace_before_i
     given = {e["name"]: e.get("valueFrom") for e in register["env"]}
     assert given["GRS_CACHE_SECRET"] == {"secretKeyRef": {"name": "grs-runner-cache", "key": "secret"}}
     assert "first-secret" not in json.dumps(job)
+    # Someone replaced it with a Secret of their own (no label): it is mended, and marked as ours again,
+    # so that no RunnerGroup may use it as a token.
+    path = f"/api/v1/namespaces/{ns}/secrets/grs-runner-cache"
+    assert api_request(kube, "DELETE", path)[0] == 200
+    mine = {"metadata": {"name": "grs-runner-cache"}, "stringData": {"secret": "someone-elses"}}
+    assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", mine)[0] == 201
     rotated = RunnerCache(cache.url, secret="second-secret", secret_name=cache.secret_name)
     await queue(redis, 32, labels=["k8s"])
     async with running_controller(kube.kubeconfig, redis_server.url, ns, egress=Egress(cache=rotated)):
         await eventually(lambda: len(runner_jobs(kube, ns)) == 2)
         assert _cache_secret(kube, ns) == "second-secret"
+    labels = api_request(kube, "GET", path)[1]["metadata"]["labels"]
+    assert labels == {"app.kubernetes.io/created-by": "gitea-runner-scaler"}
 
 
 async def test_a_runnergroup_written_for_gitea_runner_operator_applies_unchanged_and_runs(
@@ -589,7 +597,12 @@ async def test_a_group_naming_the_installs_own_secrets_is_refused_and_its_gitea_
     create_group(kube, ns, "poller", gitea={"url": url}, authToken=stolen, labels=["a"], defaultLabels=[])
     hook = {"secretRef": {"name": "hook", "key": "secret"}}
     create_group(kube, ns, "runner", gitea={"url": url}, registrationToken=hook, labels=["b"], defaultLabels=[])
+    # A registration token Secret not there yet (GitOps applies it later) stops nothing: its runner
+    # waits for it in the kubelet, as before.
+    later = {"secretRef": {"name": "not-yet", "key": "reg"}}
+    create_group(kube, ns, "later", registrationToken=later, labels=["c"], defaultLabels=[])
     await queue(redis, 61, labels=["b"])
+    await queue(redis, 62, labels=["c"])
     options: dict[str, Any] = {"poll_enabled": True, "poll_interval": 1, "protected_secrets": f"{ns}/hook"}
     async with running_controller(kube.kubeconfig, redis_server.url, ns, **options) as controller:
         polled = await eventually(lambda: group_status(kube, ns, "poller").get("conditions", {}).get("GiteaReachable"))
@@ -600,8 +613,10 @@ async def test_a_group_naming_the_installs_own_secrets_is_refused_and_its_gitea_
             )
         )
         await asyncio.wait_for(controller.poll_once(), timeout=60)
+        await eventually(lambda: runner_jobs(kube, ns))
         await passes(controller)
-        assert not runner_jobs(kube, ns), "no runner would take the webhook secret to Gitea"
+        jobs = runner_jobs(kube, ns)
+        assert [j["metadata"]["labels"][GROUP_LABEL] for j in jobs] == ["later"], "none would take the webhook secret"
     assert (polled["status"], polled["reason"]) == ("False", "AuthTokenUnavailable"), polled
     assert f"Secret {ns}/grs-redis is the install's own: a RunnerGroup may not use it" in polled["message"]
     assert f"Secret {ns}/hook is the install's own" in ready["message"], ready

@@ -304,7 +304,9 @@ def test_runners_use_the_shared_cache_through_a_config_merged_from_their_own() -
     assert "s3cret-value" not in json.dumps(job) + repr(cache), "the secret goes by reference only"
     assert template_hash(s, Egress(cache=cache)) != template_hash(s), "a new cache replaces warm runners"
     rotated = RunnerCache(cache.url, secret="rotated", secret_name=cache.secret_name)
-    assert template_hash(s, Egress(cache=rotated)) != template_hash(s, Egress(cache=cache))
+    assert template_hash(s, Egress(cache=rotated)) == template_hash(s, Egress(cache=cache)), "no hash of the secret"
+    moved = RunnerCache("http://cache.elsewhere:8088/", secret="s3cret-value", secret_name=cache.secret_name)
+    assert template_hash(s, Egress(cache=moved)) != template_hash(s, Egress(cache=cache))
 
 
 def test_a_dind_rootless_runner_keeps_its_daemons_data_on_an_emptydir() -> None:

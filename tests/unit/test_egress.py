@@ -24,7 +24,12 @@ def test_the_ca_file_is_trusted_besides_the_systems_and_given_to_runners(tmp_pat
 
 
 @pytest.mark.parametrize(
-    ("content", "said"), [(None, "No such file or directory"), ("not a certificate\n", "no PEM certificate in it")]
+    ("content", "said"),
+    [
+        (None, "No such file or directory"),
+        ("not a certificate\n", "no PEM certificate in it"),
+        ("", "no PEM certificate in it"),
+    ],
 )
 def test_a_ca_file_that_cannot_serve_stops_the_start_saying_why(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, said: str

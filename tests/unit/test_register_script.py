@@ -155,8 +155,10 @@ OURS = {"enabled": True, "external_server": "http://cache.ci.svc:8088/", "extern
         ),
         ("runner:\n  capacity: 2\ncache:\n", {"runner": {"capacity": 2}, "cache": OURS}),
         ("cache: {enabled: false}\nrunner: {capacity: 3}\n", {"cache": OURS, "runner": {"capacity": 3}}),
+        # written on Windows: the block is still found, and its keys replaced rather than doubled
+        ("cache:\r\n  enabled: false\r\n  dir: /c\r\n", {"cache": {**OURS, "dir": "/c"}}),
     ],
-    ids=["no-config", "no-cache-section", "block", "empty-block", "flow"],
+    ids=["no-config", "no-cache-section", "block", "empty-block", "flow", "crlf"],
 )
 def test_the_runner_registers_with_its_config_and_the_shared_cache_merged_in(
     tmp_path: Path, config: str | None, merged: dict[str, object]

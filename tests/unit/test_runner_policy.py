@@ -119,3 +119,30 @@ def test_a_group_may_name_only_a_gitea_the_install_serves(url: str, served: bool
         "(GRS_GITEA_URLS: https://gitea.example.com/, https://git.internal:3000/gitea)"
     ])  # fmt: skip
     assert RunnerPolicy().violations(spec(image=HOST, gitea={"url": url})) == [], "no list: any Gitea"
+
+
+def test_a_pod_template_naming_one_of_the_installs_secrets_is_refused() -> None:
+    """env, envFrom, a secret volume, a projected one: none may name the webhook or Redis Secret, or the
+    runners' cache Secret, which a group's runners would then hand to its jobs."""
+    settings = Settings(
+        protected_secrets="ci/grs-webhook,ci/grs-redis",
+        runner_cache_url="http://cache:8088/",
+        runner_cache_secret_name="grs-runner-cache",
+    )
+    env = [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "grs-redis", "key": "redis-password"}}}]
+    pod = {
+        "containers": [{"name": "runner", "env": env, "envFrom": [{"secretRef": {"name": "grs-webhook"}}]}],
+        "volumes": [
+            {"name": "a", "secret": {"secretName": "grs-runner-cache"}},
+            {"name": "b", "projected": {"sources": [{"secret": {"name": "grs-redis"}}]}},
+            {"name": "c", "secret": {"secretName": "team-own"}},
+        ],
+    }
+    refused = settings.runner_policy.violations(spec(image=HOST, podTemplate={"spec": pod}))
+    where = "not allowed by the install's runner Pod policy: spec.podTemplate.spec"
+    assert refused == [
+        f"{where}.containers[0].env[0]: Secret grs-redis (GRS_PROTECTED_SECRETS)",
+        f"{where}.containers[0].envFrom[0]: Secret grs-webhook (GRS_PROTECTED_SECRETS)",
+        f"{where}.volumes[0].secret: Secret grs-runner-cache (GRS_PROTECTED_SECRETS)",
+        f"{where}.volumes[1].projected: Secret grs-redis (GRS_PROTECTED_SECRETS)",
+    ]
