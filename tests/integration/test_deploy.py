@@ -142,13 +142,11 @@ def test_defaults_are_hardened_and_keep_secrets_in_refs() -> None:
     # NetworkPolicy on by default: only the chart's own Pods reach Redis, so runner Pods do not.
     redis = next(d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == f"{FULL}-redis")
     (allowed,) = redis["spec"]["ingress"]
-    assert allowed["from"] == [
-        {
-            "podSelector": {
-                "matchLabels": {"app.kubernetes.io/name": "gitea-runner-scaler", "app.kubernetes.io/instance": RELEASE}
-            }
-        }
-    ], allowed
+    (peer,) = allowed["from"]
+    ours = {"app.kubernetes.io/name": "gitea-runner-scaler", "app.kubernetes.io/instance": RELEASE}
+    assert peer["podSelector"]["matchLabels"] == ours
+    # A runner Pod carries the managed-by label whatever its podTemplate says: it never matches.
+    assert peer["podSelector"]["matchExpressions"] == [{"key": "gitea.bpg.pw/managed-by", "operator": "DoesNotExist"}]
     # No rule grants Secrets beyond `get` in named namespaces, but the install hook's: it creates the two
     # generated Secrets and may read and patch those two only.
     for role in (d for d in docs if d["kind"] in ("Role", "ClusterRole")):
@@ -710,9 +708,13 @@ def test_the_runner_pod_policy_refuses_a_runnergroup_asking_beyond_it_when_it_is
     try:
         for doc in policy:
             apply(kube, doc, ns)
-        refused = wait_until(
-            lambda: (r := api_request(kube, "POST", groups, runner_group("h", hostPID=True)))[0] == 422 and r
-        )
+        tries = iter(range(1000))  # a new name each try: one created before the policy took effect stays
+
+        def refused_now() -> Any:
+            r = api_request(kube, "POST", groups, runner_group(f"h{next(tries)}", hostPID=True))
+            return r[0] == 422 and r
+
+        refused = wait_until(refused_now)
         assert "runner Pod policy: spec.podTemplate.spec.hostPID, hostIPC, hostNetwork" in refused[1]["message"]
         asks: list[tuple[str, dict[str, Any], str]] = [
             ("p", {"volumes": [{"name": "s", "hostPath": {"path": "/"}}]}, "allowHostPath"),
@@ -731,6 +733,14 @@ def test_the_runner_pod_policy_refuses_a_runnergroup_asking_beyond_it_when_it_is
         same = runner_group("same")
         same["spec"]["gitea"] = {"url": "http://gitea.invalid:3000/"}
         assert api_request(kube, "POST", groups, same)[0] == 201
+        # gitea-runner-operator's form (spec.giteaURL) is read the same way.
+        operator = runner_group("operator")
+        operator["spec"]["giteaURL"] = operator["spec"].pop("gitea")["url"]
+        assert api_request(kube, "POST", groups, operator)[0] == 201
+        operator = runner_group("operator-elsewhere")
+        operator["spec"].pop("gitea")
+        operator["spec"]["giteaURL"] = "https://attacker.example.net"
+        assert api_request(kube, "POST", groups, operator)[0] == 422
         # The default (dind) image's runner container may say privileged itself: its Docker mode.
         dind = runner_group("dind", containers=[{"name": "runner", "securityContext": {"privileged": True}}])
         assert api_request(kube, "POST", groups, dind)[0] == 201
