@@ -13,8 +13,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from reconciler.egress import DIRECT, Egress
 from reconciler.events import PROTECTED_SECRET
@@ -39,6 +40,7 @@ from webhook_scaler.coordination import (
 )
 
 log = logging.getLogger(__name__)
+K = TypeVar("K", bound=Hashable)
 SHARE_EVERY_S = 300.0
 
 
@@ -203,7 +205,7 @@ class Seating:
         or mended before the first runner there, then again every few minutes (a rotated secret, a
         deleted Secret)."""
         cache = self.egress.cache
-        if not cache or not cache.secret or time.monotonic() - self._shared.get(namespace, -1e9) < SHARE_EVERY_S:
+        if not cache or not cache.secret or not _due(self._shared, namespace):
             return
         await self.kube.ensure_secret_key(namespace, cache.secret_name, SECRET_KEY, lambda: cache.secret, replace=True)
         self._shared[namespace] = time.monotonic()
@@ -214,7 +216,7 @@ class Seating:
         send it to the group's Gitea. Again every few minutes."""
         ref = spec.registration_token.secret_ref
         where = (namespace, ref.name, ref.key)
-        if time.monotonic() - self._vetted.get(where, -1e9) < SHARE_EVERY_S:
+        if not _due(self._vetted, where):
             return
         try:
             await self.kube.secret_value(*where)
@@ -237,3 +239,8 @@ class Seating:
     async def _unclaim(self, c: Create, name: str) -> None:
         if c.job_id is not None:
             await self.coordination.release(c.job_id, holder=name)
+
+
+def _due(checked: Mapping[K, float], key: K) -> bool:
+    """Whether `key` was last checked (monotonic time in `checked`) longer than SHARE_EVERY_S ago, or never."""
+    return time.monotonic() - checked.get(key, -1e9) >= SHARE_EVERY_S

@@ -143,7 +143,8 @@ class Settings(RedisSettings):
     @property
     def protected(self) -> frozenset[tuple[str, str]]:
         """The install's own Secrets: (namespace, name)."""
-        return frozenset((p.split("/")[0], p.split("/")[1]) for p in self.protected_secrets.split(",") if p)
+        pairs = (p.split("/", 1) for p in self.protected_secrets.split(",") if p)
+        return frozenset((namespace, name) for namespace, name in pairs)
 
     @property
     def namespaces(self) -> tuple[str, ...]:

@@ -10,7 +10,6 @@ import base64
 import logging
 import shutil
 import subprocess
-import time
 import urllib.request
 import uuid
 from functools import partial
@@ -23,6 +22,7 @@ from redis.asyncio import Redis
 
 from reconciler import secrets
 from reconciler.crd import crd
+from tests.e2e.node_stack import wait_for
 from tests.groups import spec_dict
 from tests.integration.test_reconciler import (
     RG,
@@ -714,7 +714,7 @@ def test_the_runner_pod_policy_refuses_a_runnergroup_asking_beyond_it_when_it_is
             r = api_request(kube, "POST", groups, runner_group(f"h{next(tries)}", hostPID=True))
             return r[0] == 422 and r
 
-        refused = wait_until(refused_now)
+        refused = wait_for(refused_now, timeout=30, what="the policy in effect")
         assert "runner Pod policy: spec.podTemplate.spec.hostPID, hostIPC, hostNetwork" in refused[1]["message"]
         asks: list[tuple[str, dict[str, Any], str]] = [
             ("p", {"volumes": [{"name": "s", "hostPath": {"path": "/"}}]}, "allowHostPath"),
@@ -753,12 +753,3 @@ def test_the_runner_pod_policy_refuses_a_runnergroup_asking_beyond_it_when_it_is
             plural = doc["kind"].lower() + "s"
             api_request(kube, "DELETE", f"/apis/admissionregistration.k8s.io/v1/{plural}/{doc['metadata']['name']}")
         api_request(kube, "PATCH", f"{groups}/before", {"metadata": {"finalizers": None}}, content_type=merge)
-
-
-def wait_until(check: Any, timeout: float = 30) -> Any:
-    """The first truthy answer of `check` (the API server compiles a new policy in the background)."""
-    deadline = time.monotonic() + timeout
-    while not (answer := check()):
-        assert time.monotonic() < deadline, "the policy never took effect"
-        time.sleep(0.2)
-    return answer
