@@ -32,15 +32,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from reconciler.manifests import GROUP_LABEL
+from tests.e2e import actions
 from tests.e2e.node_stack import NodeStack, start_gitea, wait_for, workflow
 from tests.kube_cluster import api_request, api_text, peer
 from tests.node.cluster import NODE_IP, NodeCluster, image, running_node
+from tests.node.registry import Registry
 
 pytestmark = pytest.mark.kube
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "gitea-runner-scaler"
+EXAMPLES = ROOT / "deploy" / "examples"
 RELEASE = "grs"
 NS = "ci"
 FULL = f"{RELEASE}-gitea-runner-scaler"
@@ -49,8 +53,10 @@ COMPONENTS = ["reconciler", "redis", "webhook", "webhook"]
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
-    """A node of its own, with the Redis image the chart's bundled Redis runs."""
-    with running_node(tmp_path_factory.mktemp("helm-node"), images=("pause", "runner", "scaler", "redis")) as cluster:
+    """A node of its own, with the Redis image the chart's bundled Redis runs, and the default runner
+    image's stand-in under its own name."""
+    names = ("pause", "runner", "scaler", "redis", "rootless")
+    with running_node(tmp_path_factory.mktemp("helm-node"), images=names) as cluster:
         yield cluster
 
 
@@ -162,9 +168,10 @@ def release(node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
     namespace = {
         "metadata": {
             "name": NS,
-            # Runners (act_runner as root) need `baseline`; everything of the chart's own must meet `restricted`.
+            # As the README's quick start labels it: runner Pods of the default image are privileged.
+            # Everything of the chart's own must meet `restricted` (the API server warns otherwise).
             "labels": {
-                "pod-security.kubernetes.io/enforce": "baseline",
+                "pod-security.kubernetes.io/enforce": "privileged",
                 "pod-security.kubernetes.io/warn": "restricted",
             },
         }
@@ -363,3 +370,75 @@ def test_uninstall_keeps_what_users_own_and_a_second_install_takes_it_over(relea
     assert stack.wait_run(repo, run_id, timeout=180)["conclusion"] == "success"
     status = stack.group_status(NS, label)
     assert status.get("observedGeneration") == 1
+
+
+QUICK_START = """\
+name: quick start
+on: [push]
+jobs:
+  hello:
+    runs-on: ubuntu-latest
+    steps:
+      - uses: actions/checkout@v4
+      - run: echo "checked out $(head -n1 README.md) in a container of $(. /etc/os-release && echo "$ID")"
+"""
+
+
+@pytest.fixture
+def quick_start(release: Release, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """What the README's quick start has a user do after `helm install`: the tokens Secret and the org
+    group of `deploy/examples`, as written but for their placeholders (the Gitea's URL and the tokens),
+    so on the default runner image and act_runner's default labels. The images those labels name come
+    from the node: `docker.gitea.com` resolves to the node's address (tests/node/configs.py), where a
+    registry serves `runner-images:ubuntu-latest` on port 80, the job image standing in for it.
+    Yields the group's name; afterwards the group and the registry are gone."""
+    work, stack = tmp_path_factory.mktemp("quick-start"), release.stack
+    actions.publish(stack.gitea, work / "actions", ("checkout",))
+    registry = Registry(work / "registry", host=NODE_IP, port=80)
+    registry.start()
+    try:
+        registry.push(image("docker")[1], "runner-images", "ubuntu-latest")
+        secret = yaml.safe_load((EXAMPLES / "secret.yaml").read_text())
+        secret["stringData"] = {"registration-token": stack.registration_token, "api-token": stack.gitea.token}
+        name = secret["metadata"]["name"]
+        status, body = api_request(release.node, "PUT", f"/api/v1/namespaces/{NS}/secrets/{name}", secret)
+        assert status == 200, body
+        group = yaml.safe_load((EXAMPLES / "runnergroup-org.yaml").read_text())
+        group["spec"]["gitea"]["url"] = stack.gitea.url
+        groups = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{NS}/runnergroups"
+        status, body = api_request(release.node, "POST", groups, group)
+        assert status == 201, body
+        yield group["metadata"]["name"]
+        api_request(release.node, "DELETE", f"{groups}/{group['metadata']['name']}")
+        wait_for(lambda: not _runner_pods(stack.pods(NS)), timeout=60, what="no runner Pod")
+    finally:
+        registry.stop()
+
+
+def _runner_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if GROUP_LABEL in p["metadata"]["labels"]]
+
+
+def test_the_quick_start_as_written_runs_a_default_labelled_job_on_the_default_image(
+    release: Release, quick_start: str
+) -> None:
+    """`runs-on: ubuntu-latest`, served by the example group with nothing changed but its placeholders:
+    the runner Pod of the default image (privileged, allowed by the namespace's label) runs the job in
+    act_runner's default job image, pulled by the runner's own rootless Docker daemon; checkout works
+    in it, the run goes green, and Gitea keeps no runner of the group afterwards."""
+    stack = release.stack
+    repo = stack.repo()
+    run_id = stack.push(repo, QUICK_START)
+
+    run = stack.wait_run(repo, run_id, timeout=300)
+
+    (job,) = stack.jobs(repo, run_id)
+    log = stack.job_log(repo, job["id"])
+    assert run["conclusion"] == "success", log[-3000:]
+    assert "docker pull image=docker.gitea.com/runner-images:ubuntu-latest" in log, log[-3000:]
+    assert f"checked out # {repo.split('/')[1]} in a container of debian" in log, log[-3000:]
+    selector = f"{GROUP_LABEL}={quick_start}"
+    (runner_job,) = release.get(f"/apis/batch/v1/namespaces/{NS}/jobs?labelSelector={selector}")["items"]
+    pod = runner_job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "docker.io/gitea/act_runner:0.2.13-dind-rootless"
+    wait_for(lambda: not stack.runners_with("linux"), timeout=60, what="Gitea lists no runner of the group")

@@ -11,6 +11,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+# The host of the images act_runner's default labels run jobs in (reconciler/labels.py).
+STAND_IN_REGISTRY = "docker.gitea.com"
+
 
 @dataclass(frozen=True, slots=True)
 class Layout:
@@ -162,8 +165,18 @@ def kube_proxy_config(layout: Layout, *, kubeconfig: Path, healthz_port: int, me
 
 
 def corefile(layout: Layout, *, kubeconfig: Path, health_port: int) -> str:
-    """CoreDNS serving cluster.local from the API server, on the node's address (the Pods' resolver)."""
-    return f""".:53 {{
+    """CoreDNS serving cluster.local from the API server, on the node's address (the Pods' resolver).
+
+    The node reaches no internet: the registry act_runner's default labels pull from (STAND_IN_REGISTRY)
+    resolves to the node's own address, where a test may serve its images (tests/node/registry.py)."""
+    return f"""{STAND_IN_REGISTRY}:53 {{
+    bind {layout.node_ip}
+    errors
+    hosts {{
+        {layout.node_ip} {STAND_IN_REGISTRY}
+    }}
+}}
+.:53 {{
     bind {layout.node_ip}
     errors
     health 127.0.0.1:{health_port}

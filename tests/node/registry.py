@@ -27,11 +27,11 @@ BINARY = "docker-registry"
 
 
 class Registry:
-    """One registry serving `host:port` over HTTP, with its storage under `workdir`."""
+    """One registry serving `host:port` (a free port unless given) over HTTP, with its storage under `workdir`."""
 
-    def __init__(self, workdir: Path, *, host: str) -> None:
+    def __init__(self, workdir: Path, *, host: str, port: int | None = None) -> None:
         self.dir = workdir
-        self.port = free_port()
+        self.port = port or free_port()
         self.address = f"{host}:{self.port}"
         self.url = f"http://{self.address}"
         self.proc: subprocess.Popen[bytes] | None = None
