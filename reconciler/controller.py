@@ -24,6 +24,7 @@ from reconciler.errors import kind_of
 from reconciler.gitea_runners import RunnerRows
 from reconciler.giteaapi import GiteaClient
 from reconciler.informers import caches
+from reconciler.instances import View, one_instance
 from reconciler.kube import Kube
 from reconciler.metrics import Metrics
 from reconciler.objects import GroupObject, JobObject, PodObject
@@ -40,7 +41,6 @@ from webhook_scaler.jobs import QueuedJob
 from webhook_scaler.queue import JobStore
 
 log = logging.getLogger(__name__)
-View = tuple[GroupObject, RunnerGroupSpec | None, str]
 
 
 class Controller:
@@ -198,7 +198,8 @@ class Controller:
     def views(self) -> list[View]:
         """Every group with its validated spec, or None and the validation message.
 
-        A spec is validated once per generation (the API server bumps it on every spec change).
+        A spec is validated once per generation (the API server bumps it on every spec change); the
+        groups of a second Gitea instance are refused every round (`instances`).
         """
         out: list[View] = []
         seen: set[str] = set()
@@ -211,7 +212,7 @@ class Controller:
             out.append((group, cached[1], cached[2]))
         for uid in set(self._specs) - seen:
             del self._specs[uid]
-        return out
+        return one_instance(out)
 
     def index(self) -> None:
         """Runner Jobs by group and Pods by Job, once per round, so a round is linear in groups + Jobs."""

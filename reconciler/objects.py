@@ -47,6 +47,7 @@ class GroupObject:
     deleting: bool = False  # deleted, held by finalizers until they are removed
     finalizers: tuple[str, ...] = ()
     resource_version: str = ""
+    created_ms: int = 0
 
     @property
     def ref(self) -> GroupRef:
@@ -104,6 +105,7 @@ def group_from(raw: Mapping[str, Any]) -> GroupObject:
         deleting=bool(meta.get("deletionTimestamp")),
         finalizers=tuple(meta.get("finalizers") or ()),
         resource_version=str(meta.get("resourceVersion") or ""),
+        created_ms=_ms(meta.get("creationTimestamp")) or 0,
     )
 
 

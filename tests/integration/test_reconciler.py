@@ -441,6 +441,26 @@ async def test_a_group_asking_its_runners_for_the_hosts_pid_namespace_is_refused
     assert job["spec"]["template"]["spec"]["hostPID"] is True
 
 
+async def test_a_group_of_a_second_gitea_instance_is_refused_and_the_first_instance_is_served(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    """Job ids are per instance and Redis keys them by id: the younger group, naming another Gitea, is
+    refused with what to do instead, and starts nothing; the oldest group's instance is served."""
+    ns = namespace(kube)
+    create_group(kube, ns, "a-first", defaultLabels=[])  # created first; its name also wins a tie
+    create_group(kube, ns, "b-second", defaultLabels=[], gitea={"url": "https://other-gitea.example:3000"})
+    await queue(redis, 51, labels=["k8s"])
+    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+        cond = await eventually(lambda: group_status(kube, ns, "b-second").get("conditions", {}).get("Ready"))
+        (job,) = await eventually(lambda: runner_jobs(kube, ns))
+        await passes(controller)
+    assert (cond["status"], cond["reason"]) == ("False", "InvalidSpec"), cond
+    assert "https://other-gitea.example:3000 is a second Gitea instance" in cond["message"], cond
+    assert f"(RunnerGroup {ns}/a-first, the oldest)" in cond["message"] and "GRS_GITEA_URLS" in cond["message"]
+    assert job["metadata"]["labels"][GROUP_LABEL] == "a-first"
+    assert [j["metadata"]["name"] for j in runner_jobs(kube, ns)] == [job["metadata"]["name"]]
+
+
 async def test_runner_jobs_hold_seats_under_the_epoch_the_status_records(
     kube: KubeCluster, redis_server: RedisServer, redis: Redis
 ) -> None:
