@@ -92,7 +92,7 @@ class RunnerPolicy:
 
 
 def _secret_refs(pod: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(field path, Secret name) of every Secret the pod spec names: env, envFrom, volumes."""
+    """(field path, Secret name) of every Secret the pod spec names: env, envFrom, volumes, image pulls."""
     where = "spec.podTemplate.spec"
     for kind in _CONTAINER_LISTS:
         for i, container in enumerate(pod.get(kind) or []):
@@ -109,6 +109,9 @@ def _secret_refs(pod: dict[str, Any]) -> Iterator[tuple[str, str]]:
         for source in (volume.get("projected") or {}).get("sources") or []:
             if (source.get("secret") or {}).get("name"):
                 yield f"{where}.volumes[{i}].projected", source["secret"]["name"]
+    for i, pull in enumerate(pod.get("imagePullSecrets") or []):
+        if pull.get("name"):
+            yield f"{where}.imagePullSecrets[{i}]", pull["name"]
 
 
 def _under(url: str, allowed: str) -> bool:

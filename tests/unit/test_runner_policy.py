@@ -122,7 +122,7 @@ def test_a_group_may_name_only_a_gitea_the_install_serves(url: str, served: bool
 
 
 def test_a_pod_template_naming_one_of_the_installs_secrets_is_refused() -> None:
-    """env, envFrom, a secret volume, a projected one: none may name the webhook or Redis Secret, or the
+    """env, envFrom, a secret volume, a projected one, an image pull: none may name the webhook or Redis Secret, or the
     runners' cache Secret, which a group's runners would then hand to its jobs."""
     settings = Settings(
         protected_secrets="ci/grs-webhook,ci/grs-redis",
@@ -137,6 +137,7 @@ def test_a_pod_template_naming_one_of_the_installs_secrets_is_refused() -> None:
             {"name": "b", "projected": {"sources": [{"secret": {"name": "grs-redis"}}]}},
             {"name": "c", "secret": {"secretName": "team-own"}},
         ],
+        "imagePullSecrets": [{"name": "team-pull"}, {"name": "grs-webhook"}],
     }
     refused = settings.runner_policy.violations(spec(image=HOST, podTemplate={"spec": pod}))
     where = "not allowed by the install's runner Pod policy: spec.podTemplate.spec"
@@ -145,4 +146,5 @@ def test_a_pod_template_naming_one_of_the_installs_secrets_is_refused() -> None:
         f"{where}.containers[0].envFrom[0]: Secret grs-webhook (GRS_PROTECTED_SECRETS)",
         f"{where}.volumes[0].secret: Secret grs-runner-cache (GRS_PROTECTED_SECRETS)",
         f"{where}.volumes[1].projected: Secret grs-redis (GRS_PROTECTED_SECRETS)",
+        f"{where}.imagePullSecrets[1]: Secret grs-webhook (GRS_PROTECTED_SECRETS)",
     ]
