@@ -26,7 +26,7 @@ from reconciler.metrics import Metrics
 from reconciler.runner_cache import RunnerCache
 from reconciler.settings import Settings
 from webhook_scaler import logs
-from webhook_scaler.config import parse_or_exit
+from webhook_scaler.config import parse_or_exit, unknown
 from webhook_scaler.queue import JobStore, Ttls
 from webhook_scaler.redis_client import connect, store_client
 
@@ -110,13 +110,24 @@ def _exit(variable: str, path: str | None, reason: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def _kube_problem(settings: Settings, exc: Exception) -> str:
+    """Why no API client could be made, saying where the reconciler looked."""
+    if settings.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return str(exc)
+    path = os.environ.get("KUBECONFIG") or "~/.kube/config"
+    return (
+        f"not in a cluster (no KUBERNETES_SERVICE_HOST), and the kubeconfig {path} ($KUBECONFIG, else "
+        f"~/.kube/config; or set GRS_KUBECONFIG) cannot be used: {exc}"
+    )
+
+
 async def serve(settings: Settings) -> None:
     """Run the controller and its health server until SIGTERM or SIGINT."""
     way_out, context = egress(settings)
     try:
         api = await api_client(settings.kubeconfig)
     except Exception as exc:
-        print(f"reconciler: cannot load the Kubernetes configuration: {exc}", file=sys.stderr)
+        print(f"reconciler: cannot load the Kubernetes configuration: {_kube_problem(settings, exc)}", file=sys.stderr)
         raise SystemExit(2) from None
     redis, store = _store(settings)
     registry = CollectorRegistry()
@@ -154,6 +165,8 @@ def main() -> None:
     """Parse settings, refuse to start on bad config, then run until SIGTERM."""
     settings = parse_or_exit(Settings, program="reconciler", description=DESCRIPTION)
     logs.setup(level=settings.log_level, fmt=settings.log_format)
+    for line in unknown(Settings):
+        log.warning(line)
     asyncio.run(serve(settings))
 
 

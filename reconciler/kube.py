@@ -71,9 +71,10 @@ def _message(body: str) -> str:
 
 
 async def api_client(kubeconfig: str | None) -> client.ApiClient:
-    """An API client from a kubeconfig file, or the in-cluster service account."""
-    if kubeconfig:
-        await config.load_kube_config(config_file=kubeconfig)
+    """An API client from a kubeconfig file, the in-cluster service account, or out of a cluster (no
+    KUBERNETES_SERVICE_HOST) $KUBECONFIG or ~/.kube/config."""
+    if kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        await config.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG"))
     else:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     api = client.ApiClient()

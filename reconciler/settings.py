@@ -14,7 +14,11 @@ from webhook_scaler.settings import RedisSettings
 class Settings(RedisSettings):
     """The reconciler process's settings."""
 
-    kubeconfig: str | None = Field(None, description="Kubeconfig file; unset = the in-cluster service account.")
+    kubeconfig: str | None = Field(
+        None,
+        description="Kubeconfig file; unset = the in-cluster service account in a cluster, else $KUBECONFIG or "
+        "~/.kube/config.",
+    )
     watch_namespace: str = Field(
         "",
         pattern=r"^[a-z0-9-]*(,[a-z0-9-]+)*$",

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from webhook_scaler import logs
 from webhook_scaler.app import create_app
-from webhook_scaler.config import parse_or_exit
+from webhook_scaler.config import parse_or_exit, unknown
 from webhook_scaler.redis_client import connect
 from webhook_scaler.settings import Settings
 
@@ -25,6 +25,8 @@ def main() -> None:
     """Parse settings, refuse to start on bad config, then serve until SIGTERM."""
     settings = parse_or_exit(Settings, program="webhook-scaler", description=DESCRIPTION)
     logs.setup(level=settings.log_level, fmt=settings.log_format)
+    for line in unknown(Settings):
+        log.warning(line)
     if settings.insecure_accept_unsigned_webhooks and not settings.webhook_secrets:
         log.warning("INSECURE: accepting unsigned webhook deliveries (GRS_INSECURE_ACCEPT_UNSIGNED_WEBHOOKS)")
     password = settings.redis_password.get_secret_value() if settings.redis_password else None

@@ -8,6 +8,7 @@ and `--version`. Must not hold settings itself: each process parses its own once
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import textwrap
@@ -15,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Literal, NoReturn, TypeVar, get_args, get_origin
+from typing import Any, Literal, NoReturn, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
@@ -68,7 +69,8 @@ def variables(model: type[BaseModel]) -> Iterator[tuple[str, tuple[str, ...], Fi
 
 
 def load(model: type[M], environ: Mapping[str, str] | None = None) -> M:
-    """Build `model` from its variables (see `variables`); fields without one keep their defaults."""
+    """Build `model` from its variables (see `variables`); fields without one keep their defaults. A
+    choice (a `Literal` field) is matched case-insensitively. ConfigError: one line per bad setting."""
     env = os.environ if environ is None else environ
     data: dict[str, object] = {}
     named: dict[str, str] = {}
@@ -77,15 +79,39 @@ def load(model: type[M], environ: Mapping[str, str] | None = None) -> M:
         secret = _secret(info)
         value = read_secret(env, secret.name) if secret else env.get(names[0])
         if value is not None:
-            data[field] = value
+            data[field] = _choice(info, value)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{named.get(str(err['loc'][0]) if err['loc'] else '', model.__name__)}: {err['msg']}"
-            for err in exc.errors(include_input=False)
+        raise ConfigError("\n".join(_problem(named, err) for err in exc.errors(include_input=False))) from None
+
+
+def _choice(info: FieldInfo, value: str) -> str:
+    """`value` spelt as the field's choice it names regardless of case (`info` -> `INFO`), else as given."""
+    if get_origin(info.annotation) is not Literal:
+        return value
+    return next((c for c in get_args(info.annotation) if str(c).lower() == value.lower()), value)
+
+
+def _problem(named: Mapping[str, str], err: Mapping[str, Any]) -> str:
+    """One plain line: the variable, then what it accepts (pydantic's "Value error, " dropped)."""
+    message = str(err["msg"]).removeprefix("Value error, ")
+    field = str(err["loc"][0]) if err["loc"] else ""
+    return f"{named[field]}: {message}" if field in named else message
+
+
+def unknown(model: type[BaseModel], environ: Mapping[str, str] | None = None) -> list[str]:
+    """A line for each `GRS_*` variable set that `model` does not read (a typo is otherwise silent),
+    with the closest one it does read."""
+    env = os.environ if environ is None else environ
+    known = [name for _, names, _ in variables(model) for name in names]
+    out = []
+    for name in sorted(n for n in env if n.startswith(PREFIX) and n not in known):
+        close = difflib.get_close_matches(name, known, n=1)
+        out.append(
+            f"{name} is not a setting of this program and is ignored" + (f"; did you mean {close[0]}?" if close else "")
         )
-        raise ConfigError(problems) from None
+    return out
 
 
 def _default(info: FieldInfo) -> str:
@@ -148,5 +174,6 @@ def parse_or_exit(model: type[M], *, program: str, description: str) -> M:
     try:
         return load(model)
     except ConfigError as exc:
-        print(f"{program}: invalid configuration: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():
+            print(f"{program}: invalid setting: {line}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from reconciler.kube import api_client
 from reconciler.settings import Settings as ReconcilerSettings
 from webhook_scaler.config import variables
 from webhook_scaler.settings import Settings as ReceiverSettings
@@ -94,3 +96,60 @@ def test_any_other_argument_is_refused_with_exit_2(
     assert done.returncode == 2 and done.stdout == ""
     assert f"{program}: error: unrecognized arguments: --listen-port 80" in done.stderr
     assert "GRS_*" in done.stderr and "--help" in done.stderr
+
+
+def _run(package: str, home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m package` with only `env` besides PATH and HOME (no GRS_*, not in a cluster)."""
+    base = {"PATH": os.environ["PATH"], "HOME": str(home), **env}
+    return subprocess.run([sys.executable, "-m", package], env=base, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_bad_settings_are_one_plain_line_each_and_refused_with_exit_2(program: str, tmp_path: Path) -> None:
+    done = _run(PROGRAMS[program][0], tmp_path, GRS_LOG_LEVEL="loud", GRS_REDIS_TIMEOUT="soon")
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert f"{program}: invalid setting: GRS_LOG_LEVEL: Input should be 'DEBUG', 'INFO', 'WARNING' or 'ERROR'" in lines
+    assert any(line.startswith(f"{program}: invalid setting: GRS_REDIS_TIMEOUT: ") for line in lines), lines
+    assert all(line.startswith(f"{program}: invalid setting: GRS_") for line in lines), lines
+
+
+def test_outside_a_cluster_the_reconciler_reads_kubeconfig_and_says_where_it_looked(tmp_path: Path) -> None:
+    """No KUBERNETES_SERVICE_HOST: $KUBECONFIG (else ~/.kube/config), not the in-cluster account; a
+    misspelt setting is warned about first."""
+    missing = tmp_path / "nowhere" / "config"
+    done = _run("reconciler", tmp_path, KUBECONFIG=str(missing), GRS_LOG_FORMAT="text", GRS_POL_INTERVAL="3")
+    assert done.returncode == 2, done.stderr
+    assert "GRS_POL_INTERVAL is not a setting of this program and is ignored; did you mean GRS_POLL_INTERVAL?" in (
+        done.stderr
+    )
+    assert (
+        f"reconciler: cannot load the Kubernetes configuration: not in a cluster (no KUBERNETES_SERVICE_HOST), "
+        f"and the kubeconfig {missing} ($KUBECONFIG, else ~/.kube/config; or set GRS_KUBECONFIG) cannot be used"
+    ) in done.stderr
+
+
+async def test_without_a_kubeconfig_setting_the_client_comes_from_kubeconfig_outside_a_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kubeconfig = tmp_path / "config"
+    cluster = {"name": "c", "cluster": {"server": "https://127.0.0.1:6443", "insecure-skip-tls-verify": True}}
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    api = await api_client(None)
+    try:
+        assert api.configuration.host == "https://127.0.0.1:6443"
+    finally:
+        await api.close()

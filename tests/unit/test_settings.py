@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from reconciler.settings import Settings as ReconcilerSettings
-from webhook_scaler.config import ConfigError, load
+from webhook_scaler.config import ConfigError, load, unknown
 from webhook_scaler.delivery import SigningKey
 from webhook_scaler.settings import Settings
 
@@ -88,3 +88,34 @@ def test_reconciler_serves_a_list_of_namespaces_or_all() -> None:
     for bad in ("CI", "ci a", "ci,,b", ","):
         with pytest.raises(ValidationError):
             ReconcilerSettings(watch_namespace=bad)
+
+
+def test_choices_are_read_in_any_case() -> None:
+    env = {"GRS_LOG_LEVEL": "info", "GRS_LOG_FORMAT": "Text", "GRS_INSECURE_ACCEPT_UNSIGNED_WEBHOOKS": "true"}
+    receiver, reconciler = load(Settings, env), load(ReconcilerSettings, env)
+    assert (
+        (receiver.log_level, receiver.log_format) == (reconciler.log_level, reconciler.log_format) == ("INFO", "text")
+    )
+
+
+def test_each_bad_setting_is_one_plain_line_naming_its_variable(tmp_path: Path) -> None:
+    secrets = tmp_path / "secrets"
+    secrets.write_text("@acme\n")
+    with pytest.raises(ConfigError) as refused:
+        load(ReconcilerSettings, {"GRS_POLL_INTERVAL": "soon", "GRS_LOG_LEVEL": "loud"})
+    lines = str(refused.value).splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("GRS_POLL_INTERVAL: Input should be a valid number")
+    assert lines[1] == "GRS_LOG_LEVEL: Input should be 'DEBUG', 'INFO', 'WARNING' or 'ERROR'"
+    with pytest.raises(ConfigError) as refused:
+        from_env({"GRS_WEBHOOK_SECRET_FILE": str(secrets)})
+    assert str(refused.value).startswith("GRS_WEBHOOK_SECRET or GRS_WEBHOOK_SECRET_FILE: line 1: a bound secret")
+    assert "Value error" not in str(refused.value)
+
+
+def test_a_grs_variable_no_setting_reads_is_named_with_the_closest_one() -> None:
+    env = {"GRS_POL_INTERVAL": "3", "GRS_REDIS_PASSWORD_FILE": "/x", "GRS_POLL_INTERVAL": "3", "OTHER": "1"}
+    assert unknown(ReconcilerSettings, env) == [
+        "GRS_POL_INTERVAL is not a setting of this program and is ignored; did you mean GRS_POLL_INTERVAL?"
+    ]
+    assert unknown(Settings, {"GRS_ZZZZ": "1"}) == ["GRS_ZZZZ is not a setting of this program and is ignored"]
