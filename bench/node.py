@@ -163,8 +163,8 @@ STAGES = (
     ("reconciler: queued -> runner Job", "queued", "job"),
     ("Job controller: -> Pod", "job", "pod"),
     ("scheduler: -> bound", "pod", "scheduled"),
-    ("kubelet + containerd: -> register container started", "scheduled", "init"),
-    ("act_runner register: -> exited", "init", "registered"),
+    ("kubelet + containerd: -> prepare container started", "scheduled", "init"),
+    ("prepare (the credential the controller registered, copied): -> exited", "init", "registered"),
     ("kubelet + containerd: -> runner container running", "registered", "running"),
     ("act_runner: -> job picked", "running", "picked"),
 )

@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 
 from reconciler.crd import crd
+from tests.fake_gitea import REGISTRATION_TOKEN, FakeGitea, served
 from tests.kube_cluster import KubeCluster, api_request, apply_crd
 from tests.redis_server import RedisServer, free_port, stop_process, wait_port
 
@@ -114,6 +115,8 @@ class Stack:
         self.kube = KubeCluster(workdir / "kube") if kube else None
         self.procs: list[Proc] = []
         self.prefix = f"b{uuid.uuid4().hex[:6]}"
+        self.gitea_url = "http://127.0.0.1:9"  # nothing: without a control plane nothing registers runners
+        self._exits = contextlib.ExitStack()
 
     def __enter__(self) -> Stack:
         self.redis.start()
@@ -122,7 +125,12 @@ class Stack:
             self.kube.start()
             apply_crd(self.kube, crd())
             assert api_request(self.kube, "POST", "/api/v1/namespaces", {"metadata": {"name": NS}})[0] == 201
-            data = {"reg": base64.b64encode(b"registration-token").decode(), "api": base64.b64encode(b"tok").decode()}
+            # The controller registers every runner: with a fake Gitea's `Register`, as it would with Gitea's.
+            self.gitea_url = self._exits.enter_context(served(FakeGitea(token="tok")))
+            data = {
+                "reg": base64.b64encode(REGISTRATION_TOKEN.encode()).decode(),
+                "api": base64.b64encode(b"tok").decode(),
+            }
             secret = {"metadata": {"name": "gitea"}, "data": data}
             assert api_request(self.kube, "POST", f"/api/v1/namespaces/{NS}/secrets", secret)[0] == 201
         return self
@@ -132,6 +140,7 @@ class Stack:
             p.stop()
         if self.kube:
             self.kube.stop()
+        self._exits.close()
         self.redis.stop()
 
     def common_env(self) -> dict[str, str]:
@@ -180,7 +189,7 @@ class Stack:
             fields: dict[str, Any] = {
                 "scope": "repo",
                 "repo": f"acme/r{i}",
-                "gitea": {"url": "http://127.0.0.1:9"},
+                "gitea": {"url": self.gitea_url},
                 "labels": [],
                 "defaultLabels": [],
                 "maxActiveRunners": 100,

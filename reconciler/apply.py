@@ -27,6 +27,7 @@ from reconciler.metrics import Metrics
 from reconciler.objects import GroupObject, JobObject, PodObject
 from reconciler.phases import Phase, Runner, classify
 from reconciler.plan import Create, Plan, plan
+from reconciler.registrations import Registrations
 from reconciler.reports import Reports
 from reconciler.seating import Ready, Seating
 from reconciler.settings import Settings
@@ -57,6 +58,7 @@ class GroupPass:
         metrics: Metrics,
         wake: Callable[[GroupState, int], None],
         reports: Reports,
+        registrations: Registrations,
         clock: Callable[[], float] = time.time,
         egress: Egress = DIRECT,
     ) -> None:
@@ -70,8 +72,9 @@ class GroupPass:
         self.clock = clock
         self.create_slots = asyncio.Semaphore(settings.create_concurrency)  # shared by every group's pass
         self.seating = Seating(
-            coordination, kube, claim_ttl_s=settings.claim_ttl, replica=settings.replica_id, egress=egress
-        )
+            coordination, kube, registrations, claim_ttl_s=settings.claim_ttl, replica=settings.replica_id,
+            egress=egress,
+        )  # fmt: skip
         self.deletions = Deletions(kube=kube, coordination=coordination, rows=rows, metrics=metrics)
         self.budgets, self.admission = Budgets(kube), Admission(kube)
         self.facts_window_ms = int((2 * settings.poll_interval + 10) * 1000)

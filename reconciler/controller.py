@@ -21,6 +21,7 @@ from reconciler.assign import CachedIndex
 from reconciler.demand import NONE, Demand
 from reconciler.egress import DIRECT, Egress
 from reconciler.errors import kind_of
+from reconciler.gitea_register import Registrar, registrar_of
 from reconciler.gitea_runners import RunnerRows
 from reconciler.giteaapi import GiteaClient
 from reconciler.informers import caches
@@ -30,6 +31,7 @@ from reconciler.metrics import Metrics
 from reconciler.objects import GroupObject, JobObject, PodObject
 from reconciler.plan import Plan
 from reconciler.poller import Poller
+from reconciler.registrations import Registrations
 from reconciler.reports import Reports
 from reconciler.scheduler import Scheduler, validate
 from reconciler.settings import Settings
@@ -56,6 +58,7 @@ class Controller:
         metrics: Metrics,
         clock: Callable[[], float] = time.time,
         egress: Egress = DIRECT,
+        registrar: Registrar | None = None,
     ) -> None:
         self.settings = settings
         self.kube = kube
@@ -67,17 +70,7 @@ class Controller:
         self.rounds = 0
         self.coordination = Coordination(store.redis, prefix=store.prefix)
         self.rows = RunnerRows(gitea, kube, metrics)
-        self.group_pass = GroupPass(
-            settings,
-            kube=kube,
-            coordination=self.coordination,
-            rows=self.rows,
-            metrics=metrics,
-            wake=self._wake_at,
-            reports=Reports(kube, self._keep, self.wake.set),
-            clock=clock,
-            egress=egress,
-        )
+        self.group_pass = self._group_pass(Registrations(kube, registrar or registrar_of(gitea)), egress)
         self.scheduler = self._scheduler()
         self.state = self.scheduler.state
         self.poller = self._poller(gitea)
@@ -86,6 +79,21 @@ class Controller:
         self.groups_index = CachedIndex()
         self.demand = Demand(store)
         self._background: set[asyncio.Task[None]] = set()
+
+    def _group_pass(self, registrations: Registrations, egress: Egress) -> GroupPass:
+        """The group passes; built after the caches and `rows`, before the scheduler that starts them."""
+        return GroupPass(
+            self.settings,
+            kube=self.kube,
+            coordination=self.coordination,
+            rows=self.rows,
+            metrics=self.metrics,
+            wake=self._wake_at,
+            reports=Reports(self.kube, self._keep, self.wake.set),
+            registrations=registrations,
+            clock=self.clock,
+            egress=egress,
+        )
 
     def _scheduler(self) -> Scheduler:
         """The scheduler of the group passes; built after `group_pass`, which it starts."""
@@ -196,11 +204,8 @@ class Controller:
 
     # -- one round --------------------------------------------------------------------------------
     def views(self) -> list[View]:
-        """Every group with its validated spec, or None and the validation message.
-
-        A spec is validated once per generation (the API server bumps it on every spec change); the
-        groups of a second Gitea instance are refused every round (`instances`).
-        """
+        """Every group with its validated spec (once per generation: the API server bumps it on every spec
+        change), or None and why; a second Gitea instance's groups are refused every round (`instances`)."""
         out: list[View] = []
         seen: set[str] = set()
         for group in self.groups.items.values():

@@ -84,7 +84,7 @@ class GiteaClient:
     ) -> None:
         self.session = session
         self.timeout = aiohttp.ClientTimeout(total=timeout)
-        self._on_request = on_request or (lambda endpoint, outcome: None)
+        self.on_request = on_request or (lambda endpoint, outcome: None)
 
     async def _get(
         self, scope: PollScope, path: str, params: list[tuple[str, str]], endpoint: str
@@ -110,10 +110,10 @@ class GiteaClient:
                 method, url, params=params, headers=headers, json=body, timeout=self.timeout
             ) as resp:
                 if resp.status in ok:
-                    self._on_request(endpoint, "ok")
+                    self.on_request(endpoint, "ok")
                     body = await resp.json(content_type=None) if resp.status == 200 else None
                     return body, resp.headers
-                self._on_request(endpoint, str(resp.status))
+                self.on_request(endpoint, str(resp.status))
                 retry_after = _retry_after(resp.headers.get("Retry-After"))
                 raise GiteaError(
                     f"{method} {path}: HTTP {resp.status}",
@@ -121,7 +121,7 @@ class GiteaClient:
                     retry_after=retry_after,
                 )
         except (TimeoutError, aiohttp.ClientError) as exc:
-            self._on_request(endpoint, "error")
+            self.on_request(endpoint, "error")
             raise GiteaError(f"{method} {path}: {type(exc).__name__}") from None
 
     async def _pages(

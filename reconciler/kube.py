@@ -89,9 +89,9 @@ async def api_client(kubeconfig: str | None) -> client.ApiClient:
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
 
 
-async def _answered(call: Awaitable[Any]) -> None:
+async def _answered(call: Awaitable[Any]) -> bytes:
     """Await a write sent with `_preload_content=False`: the answer is read but not turned into a model
-    (nothing reads it, and that took a tenth of a burst's CPU); a non-2xx raises ApiException as usual."""
+    (that took a tenth of a burst's CPU); a non-2xx raises ApiException as usual."""
     response: aiohttp.ClientResponse = await call
     async with response:
         data = await response.read()
@@ -99,20 +99,21 @@ async def _answered(call: Awaitable[Any]) -> None:
             refused = ApiException(http_resp=cast(Any, RESTResponse(response, data)))
             refused.body = cast(Any, data.decode("utf-8", "replace"))  # as the client leaves it
             raise refused
+        return data
 
 
-async def _created(call: Awaitable[Any]) -> bool:
-    """Send a create (its answer not turned into a model, see `_answered`): False if an object of that
-    name exists already."""
+async def _created(call: Awaitable[Any]) -> str | None:
+    """Send a create (its answer not turned into a model, see `_answered`): the new object's uid, or
+    None if an object of that name exists already."""
     try:
-        await _answered(call)
+        answer = await _answered(call)
     except ApiException as exc:
         if exc.status == 409 and "AlreadyExists" in str(exc.body or ""):
-            return False
+            return None
         raise classify(exc) from None
     except (TimeoutError, OSError, aiohttp.ClientError) as exc:
         raise classify(exc) from None
-    return True
+    return str(json.loads(answer)["metadata"]["uid"])
 
 
 class Kube:
@@ -129,13 +130,19 @@ class Kube:
         self.core = client.CoreV1Api(api)
         self.policy = client.PolicyV1Api(api)
 
-    async def create_job(self, body: Mapping[str, Any]) -> bool:
-        """Create a Job; False if one of that name exists already (409 is success)."""
+    async def create_job(self, body: Mapping[str, Any]) -> str | None:
+        """Create a Job: its uid, or None if one of that name exists already (409 is success)."""
         namespace = body["metadata"]["namespace"]
         return await _created(self.batch.create_namespaced_job(namespace, cast(Any, body), **_WRITE))
 
-    async def create_budget(self, body: Mapping[str, Any]) -> bool:
-        """Create a PodDisruptionBudget; False if one of that name exists already (409 is success)."""
+    async def create_secret(self, body: Mapping[str, Any]) -> str | None:
+        """Create a Secret: its uid, or None if one of that name exists already."""
+        return await _created(
+            self.core.create_namespaced_secret(body["metadata"]["namespace"], cast(Any, body), **_WRITE)
+        )
+
+    async def create_budget(self, body: Mapping[str, Any]) -> str | None:
+        """Create a PodDisruptionBudget: its uid, or None if one of that name exists already."""
         namespace = body["metadata"]["namespace"]
         return await _created(self.policy.create_namespaced_pod_disruption_budget(namespace, cast(Any, body), **_WRITE))
 
@@ -266,15 +273,8 @@ class Kube:
             return False
         try:
             if secret is None:
-                body = {
-                    "metadata": {
-                        "name": name,
-                        "namespace": namespace,
-                        "labels": {CREATED_BY: COMPONENT},
-                    },
-                    "type": "Opaque",
-                    "data": {key: value},
-                }
+                meta = {"name": name, "namespace": namespace, "labels": {CREATED_BY: COMPONENT}}
+                body = {"metadata": meta, "type": "Opaque", "data": {key: value}}
                 await self.core.create_namespaced_secret(namespace, cast(Any, body), _request_timeout=REQUEST_TIMEOUT)
             else:  # a concurrent writer fails with 409 (resourceVersion); our label marks it the install's own
                 meta = {"resourceVersion": secret.metadata.resource_version, "labels": {CREATED_BY: COMPONENT}}

@@ -5,20 +5,23 @@ controller ownerReference, and the pod invariants the controller enforces over t
 `podTemplate`: the runner container's image and env, `restartPolicy`, and no service-account token.
 (The Docker daemon of `containerMode: dind` is `dind`'s.)
 
-The registration token never reaches the runner container. An init container (`register`, the runner
-image) takes it through `secretKeyRef`, runs `act_runner register --ephemeral` once, and leaves the
-runner's `.runner` file on an emptyDir mounted at /data in both containers. The runner container then
-starts the image's own entrypoint, which finds `.runner` and runs only the daemon: no token in its
-environment, its files or its processes, so a job step (which runs in that container in host mode)
-cannot read it. A registration that fails or hangs ends the init container, so the Pod and its Job
-fail, and the controller's per-group backoff decides when to try again. Must not do I/O.
+No registration token reaches a runner Pod: the controller registers each runner with Gitea itself
+(`gitea_register`) and gives the Pod only that runner's own credential, its `.runner` file, in a Secret
+named as the Job and owned by it (`credential_secret`), so it goes with the Job. An init container
+(`prepare`, the runner image, no network) copies that file into an emptyDir mounted at /data in both
+containers, with the CA bundle and the cache config if the install has them; the runner container then
+starts the image's own entrypoint, which finds `.runner` and runs only the daemon. A prepare step that
+fails (an image without the runner binary) fails the Pod and its Job with its last line as the reason,
+and the controller's per-group backoff decides when to try again. Must not do I/O.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,11 +60,14 @@ _SHAPING = {
     "active_deadline_seconds",
 }
 RUNNER_CONTAINER = "runner"
-REGISTER_CONTAINER = "register"
+PREPARE_CONTAINER = "prepare"
+SETUP_CONTAINERS = (PREPARE_CONTAINER, "register")  # "register": the in-Pod registration of releases before
 STATE_VOLUME = "runner-state"
 STATE_DIR = "/data"  # the upstream images' working directory, where their entrypoint looks for .runner
-REGISTER_TIMEOUT = 60  # seconds one registration may take (act_runner retries an unreachable Gitea forever)
-# An ephemeral runner is never restarted in place: a second start would register a second runner.
+CREDENTIAL_VOLUME = "runner-credential"
+CREDENTIAL_DIR = "/run/grs-credential"  # the credential Secret, mounted in the prepare container only
+CREDENTIAL_KEY = ".runner"
+# An ephemeral runner is never restarted in place: its credential is good for one job only.
 # A runner that fails fails its Job at once, and the controller decides when to try again (with a
 # per-group backoff), so a bad token cannot churn Pods.
 BACKOFF_LIMIT = 0
@@ -76,13 +82,13 @@ _OWNED_ENV = (
     "GITEA_RUNNER_NAME",
     "GITEA_RUNNER_LABELS",
 )
-# POSIX sh, run by the register init container in the runner image (upstream's images have sh and
-# timeout). It registers once with the image's runner binary (act_runner up to 0.x, gitea-runner from
-# 1.0), prints why it failed as its last line (the Pod's termination message, which the group's status
-# reports), and never prints the token.
-REGISTER_SCRIPT = (
+# POSIX sh, run by the prepare init container in the runner image (upstream's images have sh): it
+# checks the image has a runner binary (act_runner up to 0.x, gitea-runner from 1.0), writes the CA
+# bundle and the cache config if any, and puts the runner's credential where the image's entrypoint
+# looks for it. Its last line says why it failed (the Pod's termination message, in the group's status).
+PREPARE_SCRIPT = (
     r"""set -u
-runner=$(command -v act_runner || command -v gitea-runner) || {
+command -v act_runner >/dev/null || command -v gitea-runner >/dev/null || {
   echo "registration failed: the image has neither act_runner nor gitea-runner on its PATH"
   exit 1
 }
@@ -91,30 +97,11 @@ cd "$GRS_STATE_DIR" || exit 1
     + WRITE_CA
     + WRITE_CONFIG
     + r"""state="${RUNNER_STATE_FILE:-.runner}"
-rm -f "$state"
-set -- register --no-interactive --ephemeral --instance "$GITEA_INSTANCE_URL" --name "$GITEA_RUNNER_NAME"
-[ -z "$GITEA_RUNNER_LABELS" ] || set -- "$@" --labels "$GITEA_RUNNER_LABELS"
-[ -z "${CONFIG_FILE:-}" ] || set -- "$@" --config "$CONFIG_FILE"
-echo "registering $GITEA_RUNNER_NAME with $GITEA_INSTANCE_URL"
-rc=0
-log=/tmp/register.log
-timeout "$GRS_REGISTER_TIMEOUT" "$runner" "$@" --token "$GITEA_RUNNER_REGISTRATION_TOKEN" >"$log" 2>&1 || rc=$?
-unset GITEA_RUNNER_REGISTRATION_TOKEN
-cat "$log"
-if [ "$rc" -eq 0 ] && [ -s "$state" ]; then
-  echo "registered $GITEA_RUNNER_NAME"
-  exit 0
-fi
-rm -f "$state"
-refused='cannot register new runner.*(token|invalid_argument|unauthenticated|permission_denied)'
-if grep -qiE "$refused" "$log"; then
-  echo "registration failed: Gitea refused the registration token"
-elif [ "$rc" -eq 124 ] || [ "$rc" -eq 143 ]; then
-  echo "registration failed: no answer from $GITEA_INSTANCE_URL within ${GRS_REGISTER_TIMEOUT}s"
-else
-  echo "registration failed: ${runner##*/} register exited with $rc and wrote no $state"
-fi
-exit 1
+cp "$GRS_CREDENTIAL_FILE" "$state" || {
+  echo "registration failed: cannot write the runner's credential to $state"
+  exit 1
+}
+echo "runner $GITEA_RUNNER_NAME registered by the controller: its credential is in $state"
 """
 )
 
@@ -148,28 +135,26 @@ def runner_env(spec: RunnerGroupSpec, *, name: str) -> list[dict[str, Any]]:
     ]
 
 
-def _register_container(spec: RunnerGroupSpec, runner: dict[str, Any], *, name: str, egress: Egress) -> dict[str, Any]:
-    """The init container that registers the runner: the runner's image, its `CONFIG_FILE`, volume
-    mounts (where that file may be) and security context, the way out to Gitea and the shared cache
-    (`egress`), and the only place the registration token is."""
-    token = spec.registration_token.secret_ref
+def _prepare_container(spec: RunnerGroupSpec, runner: dict[str, Any], *, name: str, egress: Egress) -> dict[str, Any]:
+    """The init container that prepares the runner's state: the runner's image, its `CONFIG_FILE`, volume
+    mounts (where that file may be) and security context, the CA and cache settings (`egress`), and the
+    only mount of the runner's credential Secret."""
     config = [e for e in runner.get("env") or [] if e.get("name") in (CONFIG_FILE, "RUNNER_STATE_FILE")]
     container: dict[str, Any] = {
-        "name": REGISTER_CONTAINER,
+        "name": PREPARE_CONTAINER,
         "image": spec.image,
-        "command": ["/bin/sh", "-c", REGISTER_SCRIPT],
+        "command": ["/bin/sh", "-c", PREPARE_SCRIPT],
         "env": [
             *runner_env(spec, name=name),
-            {
-                "name": "GITEA_RUNNER_REGISTRATION_TOKEN",
-                "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}},
-            },
             {"name": "GRS_STATE_DIR", "value": STATE_DIR},
-            {"name": "GRS_REGISTER_TIMEOUT", "value": str(REGISTER_TIMEOUT)},
+            {"name": "GRS_CREDENTIAL_FILE", "value": f"{CREDENTIAL_DIR}/{CREDENTIAL_KEY}"},
             *config,
             *egress.register_env(STATE_DIR),
         ],
-        "volumeMounts": copy.deepcopy(runner["volumeMounts"]),
+        "volumeMounts": [
+            *copy.deepcopy(runner["volumeMounts"]),
+            {"name": CREDENTIAL_VOLUME, "mountPath": CREDENTIAL_DIR, "readOnly": True},
+        ],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     for key in ("imagePullPolicy", "securityContext", "resources"):
@@ -178,13 +163,33 @@ def _register_container(spec: RunnerGroupSpec, runner: dict[str, Any], *, name: 
     return container
 
 
-def _add_state_volume(pod: dict[str, Any], runner: dict[str, Any]) -> None:
-    """The emptyDir that carries `.runner` from the register container to the runner (replacing
-    whatever the podTemplate put under its name or at /data)."""
-    pod["volumes"] = [v for v in pod.get("volumes") or [] if v.get("name") != STATE_VOLUME] + [
-        {"name": STATE_VOLUME, "emptyDir": {}}
+def runner_file(*, id: int, uuid: str, name: str, token: str, address: str, labels: Sequence[str]) -> str:
+    """A runner's `.runner` file, as act_runner's `register --ephemeral` writes it (internal/pkg/config/
+    registration.go; its WARNING key is one act_runner ignores)."""
+    registration = {"id": id, "uuid": uuid, "name": name, "token": token, "address": address,
+                    "labels": list(labels), "ephemeral": True}  # fmt: skip
+    return json.dumps(registration, indent=2) + "\n"
+
+
+def credential_secret(job: Mapping[str, Any], *, uid: str, file: str, labels: Mapping[str, str]) -> dict[str, Any]:
+    """The Secret with a runner's `.runner` `file`: named as its Job (`job`, created with `uid`) and owned
+    by it, so it goes with the Job; `labels` besides the Job's."""
+    meta = job["metadata"]
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": uid}
+    mine = {"name": meta["name"], "namespace": meta["namespace"], "labels": {**meta["labels"], **labels}}
+    data = {CREDENTIAL_KEY: base64.b64encode(file.encode()).decode()}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {**mine, "ownerReferences": [owner]}, "data": data}
+
+
+def _add_volumes(pod: dict[str, Any], runner: dict[str, Any], *, job: str) -> None:
+    """The emptyDir that carries `.runner` from the prepare container to the runner (replacing whatever
+    the podTemplate put under its name or at /data), and the runner's credential Secret (named `job`)."""
+    ours = (STATE_VOLUME, CREDENTIAL_VOLUME)
+    pod["volumes"] = [v for v in pod.get("volumes") or [] if v.get("name") not in ours] + [
+        {"name": STATE_VOLUME, "emptyDir": {}},
+        {"name": CREDENTIAL_VOLUME, "secret": {"secretName": job, "defaultMode": 0o444}},
     ]
-    mounts = [m for m in runner.get("volumeMounts") or [] if m.get("name") != STATE_VOLUME]
+    mounts = [m for m in runner.get("volumeMounts") or [] if m.get("name") not in ours]
     mounts = [m for m in mounts if m.get("mountPath", "").rstrip("/") != STATE_DIR]
     runner["volumeMounts"] = [*mounts, {"name": STATE_VOLUME, "mountPath": STATE_DIR}]
 
@@ -203,7 +208,7 @@ def build_job(
     registers as `runner` (default: a new name, see `names.runner_name`) and reaches Gitea by `egress`."""
     labels = {GROUP_LABEL: group.name, MANAGED_BY_LABEL: MANAGED_BY}
     runner = runner or runner_name(name)
-    template = _pod_template(spec, name=runner, labels=labels, egress=egress)
+    template = _pod_template(spec, name=runner, job=name, labels=labels, egress=egress)
     annotations = {TEMPLATE_ANNOTATION: template_hash(spec, egress), REGISTERED_ANNOTATION: spec.registered_at}
     annotations[RUNNER_ANNOTATION] = runner
     if job_id is not None:
@@ -249,9 +254,11 @@ def _owner_reference(group: GroupRef) -> dict[str, Any]:
     }
 
 
-def _pod_template(spec: RunnerGroupSpec, *, name: str, labels: dict[str, str], egress: Egress) -> dict[str, Any]:
+def _pod_template(
+    spec: RunnerGroupSpec, *, name: str, job: str, labels: dict[str, str], egress: Egress
+) -> dict[str, Any]:
     """The group's `podTemplate` under the controller's invariants: the runner container's image and
-    env, the register init container, the state volume, and no service-account token."""
+    env, the prepare init container, the state and credential volumes, and no service-account token."""
     template: dict[str, Any] = copy.deepcopy(spec.pod_template or {})
     meta: dict[str, Any] = template.setdefault("metadata", {})
     meta["labels"] = {**(meta.get("labels") or {}), **labels}
@@ -265,13 +272,12 @@ def _pod_template(spec: RunnerGroupSpec, *, name: str, labels: dict[str, str], e
     mine = {str(e.get("name")).upper() for e in user_env} & owned_names(egress, STATE_DIR)
     out = [e for e in egress.ca_env(STATE_DIR) + egress.proxy_env() if e["name"].upper() not in mine]
     container["env"] = runner_env(spec, name=name) + out + user_env
-    _add_state_volume(pod, container)
-    register = _register_container(spec, container, name=name, egress=egress)
-    if egress.cache:  # the register step merged the podTemplate's config (or the image's) into this one
+    _add_volumes(pod, container, job=job)
+    prepare = _prepare_container(spec, container, name=name, egress=egress)
+    if egress.cache:  # the prepare step merged the podTemplate's config (or the image's) into this one
         container["env"] = [e for e in container["env"] if e.get("name") != CONFIG_FILE]
         container["env"] += egress.cache.runner_env(STATE_DIR)
-    # Nothing else in the Pod may see the register container's processes (and its token argument).
-    pod["shareProcessNamespace"] = False
+    pod["shareProcessNamespace"] = False  # one container's processes are not another's to see
     # A runner that fails says why in its last log lines; they become the Pod's termination message,
     # which the controller reports in the group's status (act_runner never logs the token).
     container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
@@ -281,8 +287,7 @@ def _pod_template(spec: RunnerGroupSpec, *, name: str, labels: dict[str, str], e
         add_rootless_storage(pod, container)
     if spec.container_mode == "dind":
         add_dind_sidecar(pod, container, image=spec.dind_image, args=spec.dind_args, env=egress.proxy_env())
-    # Registered last, after the podTemplate's own init containers: a Pod that fails before it
-    # registers leaves no runner row in Gitea.
-    inits = [c for c in pod.get("initContainers") or [] if c.get("name") != REGISTER_CONTAINER]
-    pod["initContainers"] = [*inits, register]
+    # Last, after the podTemplate's own init containers (which might otherwise read the credential).
+    inits = [c for c in pod.get("initContainers") or [] if c.get("name") not in SETUP_CONTAINERS]
+    pod["initContainers"] = [*inits, prepare]
     return template

@@ -33,7 +33,8 @@ _HELP = {
         "they are idle)."
     ),
     "grs_runner_creates_refused": (
-        "Runner Job creates the API server turned down (throttled, quota): their seats were freed at once."
+        "Runner creates turned down before anything was written (the API server: throttled, quota; Gitea: "
+        "registration): their seats were freed at once."
     ),
     "grs_runners_disabled": "Runners disabled in Gitea (handed no job any more) before their deletion.",
     "grs_gitea_runners_removed": "Runner rows deleted in Gitea, by why their runner went (ghost: found by the sweep).",
@@ -43,7 +44,7 @@ _HELP = {
     "grs_runners": "Runner Jobs by state (pending, idle, busy, finishing, succeeded, failed).",
     "grs_desired_runners": "Runners the group wants after this pass (queued jobs + minIdleRunners, within the cap).",
     "grs_max_runners": "The group's maxActiveRunners.",
-    "grs_registration_failures": "Runners that failed to register with Gitea (wrong token, Gitea unreachable).",
+    "grs_registration_failures": "Runner Pods that failed before their runner started (their prepare step).",
     "grs_runners_lost": (
         "Runners that died during a job (evicted despite their budget, OOM-killed, their node lost): Gitea fails "
         "the job once it stops hearing from the runner."

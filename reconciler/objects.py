@@ -1,7 +1,7 @@
 """Our views of the API objects the reconciler reads: frozen dataclasses made from their raw JSON.
 
 Owns: `GroupObject`, `JobObject` and `PodObject`, and their conversion from the API server's JSON
-(a Job's finish condition, a Pod's running time and why its register or runner container failed).
+(a Job's finish condition, a Pod's running time and why its prepare (or register) or runner container failed).
 Must not import kubernetes_asyncio or do I/O: `informers` lists and watches the objects and hands
 their JSON to the converters here.
 """
@@ -16,10 +16,10 @@ from typing import Any
 from reconciler.manifests import (
     GROUP_LABEL,
     JOB_ID_ANNOTATION,
-    REGISTER_CONTAINER,
     REGISTERED_ANNOTATION,
     RUNNER_ANNOTATION,
     RUNNER_CONTAINER,
+    SETUP_CONTAINERS,
     TEMPLATE_ANNOTATION,
     GroupRef,
 )
@@ -88,7 +88,7 @@ class PodObject:
     phase: str
     created_ms: int
     running_since_ms: int | None
-    failure: str = ""  # for a failed Pod: the register or runner container's exit code and termination message
+    failure: str = ""  # for a failed Pod: the prepare or runner container's exit code and termination message
 
 
 def group_from(raw: Mapping[str, Any]) -> GroupObject:
@@ -152,7 +152,7 @@ def pod_from(raw: Mapping[str, Any]) -> PodObject:
             failure = _failure(ended)
     for cs in status.get("initContainerStatuses") or []:  # registration failed: the runner never started
         ended = (cs.get("state") or {}).get("terminated") or {}
-        if cs.get("name") == REGISTER_CONTAINER and ended.get("exitCode"):
+        if cs.get("name") in SETUP_CONTAINERS and ended.get("exitCode"):
             failure = _failure(ended)
     return PodObject(
         namespace=meta["namespace"],

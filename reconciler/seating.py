@@ -10,20 +10,21 @@ send the create at once, treat 409 as "already there", confirm the claims of a p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from reconciler.egress import DIRECT, Egress
-from reconciler.events import PROTECTED_SECRET
 from reconciler.kube import Kube, PermanentError, TransientError
 from reconciler.manifests import build_job
-from reconciler.names import job_name, runner_retry, runner_suffix
+from reconciler.names import job_name, runner_name, runner_retry, runner_suffix
 from reconciler.objects import GroupObject, JobObject
 from reconciler.plan import Create
+from reconciler.registrations import Registrations
 from reconciler.runner_cache import SECRET_KEY
 from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
@@ -59,15 +60,22 @@ class Seating:
     """Seats and creates for the groups of one controller."""
 
     def __init__(
-        self, coordination: Coordination, kube: Kube, *, claim_ttl_s: float, replica: str = "", egress: Egress = DIRECT
+        self,
+        coordination: Coordination,
+        kube: Kube,
+        registrations: Registrations,
+        *,
+        claim_ttl_s: float,
+        replica: str = "",
+        egress: Egress = DIRECT,
     ) -> None:
         self.coordination = coordination
+        self.registrations = registrations
         self.egress = egress  # how its runners reach Gitea
         self.kube = kube
         self.claim_ttl_ms = int(claim_ttl_s * 1000)
         self.taker = f"{replica or 'reconciler'}/{uuid.uuid4().hex[:12]}"  # this process, for its seats
         self._shared: dict[str, float] = {}  # runner namespace -> when its cache Secret was last made right
-        self._vetted: dict[tuple[str, str, str], float] = {}  # registration token Secret key -> when read
 
     async def beat_forever(self) -> None:
         """Keep this process's heartbeat, so that its seats are not taken for abandoned ones."""
@@ -166,24 +174,23 @@ class Seating:
         "epoch", "late"). The claim of a runner that exists is the caller's to confirm (`confirm`)."""
         started = time.monotonic()
         await self.share_cache_secret(group.namespace)
-        await self.vet_registration_token(group.namespace, spec)
-        if c.job_id is not None and c.stale_claim:
-            await self.coordination.release(c.job_id, holder=c.stale_claim)
-        taken = await self.coordination.take(
-            group.uid,
-            name,
-            maximum=spec.max_active_runners,
-            epoch=epoch,
-            taker=self.taker,
-            job_id=c.job_id,
-            claim_ttl_ms=int(CLAIM_PENDING_S * 1000),
-        )
+        taken = await self._take(group, spec, c, name, epoch)
         if taken != "granted":
             return taken  # nothing was taken
+        runner = runner_name(name)
+        body = build_job(group.ref, spec, name=name, job_id=c.job_id, queued_ms=c.queued_ms, runner=runner,
+                         egress=self.egress)  # fmt: skip
+        try:  # a runner registered but never started leaves an idle row, which the ghost sweep deletes
+            file = await self.registrations.register(group.namespace, spec, runner)
+        except BaseException:
+            await self._drop(group, c, name)  # nothing was created
+            raise
         try:
-            body = build_job(group.ref, spec, name=name, job_id=c.job_id, queued_ms=c.queued_ms, egress=self.egress)
             late = time.monotonic() - started > CREATE_DEADLINE_S
-            outcome = "late" if late else "created" if await self.kube.create_job(body) else "exists"
+            uid = None if late else await self.kube.create_job(body)
+            outcome = "late" if late else "created" if uid else "exists"
+            if uid:
+                await self._hand_over(body, uid, file)
         except PermanentError:
             await self._drop(group, c, name)  # refused: no such Job exists
             raise
@@ -200,6 +207,20 @@ class Seating:
             await self._drop(group, c, name)
         return outcome
 
+    async def _take(self, group: GroupObject, spec: RunnerGroupSpec, c: Create, name: str, epoch: str) -> str:
+        """Take the job's claim (after releasing a stale one) and a seat in one step (`coordination`)."""
+        if c.job_id is not None and c.stale_claim:
+            await self.coordination.release(c.job_id, holder=c.stale_claim)
+        return await self.coordination.take(
+            group.uid,
+            name,
+            maximum=spec.max_active_runners,
+            epoch=epoch,
+            taker=self.taker,
+            job_id=c.job_id,
+            claim_ttl_ms=int(CLAIM_PENDING_S * 1000),
+        )
+
     async def share_cache_secret(self, namespace: str) -> None:
         """Keep the cache server's secret in the runner namespace's Secret, which its runners read: made
         or mended before the first runner there, then again every few minutes (a rotated secret, a
@@ -210,20 +231,16 @@ class Seating:
         await self.kube.ensure_secret_key(namespace, cache.secret_name, SECRET_KEY, lambda: cache.secret, replace=True)
         self._shared[namespace] = time.monotonic()
 
-    async def vet_registration_token(self, namespace: str, spec: RunnerGroupSpec) -> None:
-        """Read the group's registration token Secret before its runners' kubelet does: one that is the
-        install's own (`Kube.secret_value`) stops the group with that reason, before any runner could
-        send it to the group's Gitea. Again every few minutes."""
-        ref = spec.registration_token.secret_ref
-        where = (namespace, ref.name, ref.key)
-        if not _due(self._vetted, where):
-            return
+    async def _hand_over(self, body: dict[str, Any], uid: str, file: str) -> None:
+        """Give the new runner Job its credential; if that fails, the Job goes (its Pod would wait for the
+        Secret until its pending timeout)."""
         try:
-            await self.kube.secret_value(*where)
-        except PermanentError as exc:  # a Secret not there (yet): the runner's kubelet waits for it, as ever
-            if PROTECTED_SECRET in str(exc):
-                raise
-        self._vetted[where] = time.monotonic()
+            await self.registrations.hand_over(body, uid, file)
+        except BaseException:
+            meta = body["metadata"]
+            with contextlib.suppress(Exception):
+                await self.kube.delete_job(meta["namespace"], meta["name"])
+            raise
 
     async def confirm(self, outcomes: Iterable[tuple[Create, str, object]]) -> None:
         """Make the claims of runners that exist now (create outcomes "created" or "exists") last the

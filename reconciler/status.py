@@ -45,6 +45,7 @@ def _conditions(previous: Mapping[str, Any], wanted: Sequence[Condition], *, now
     return out
 
 
+REGISTRATION_REFUSED = "registration refused: "  # how `registrations` starts the message of its refusals
 SEAT_EPOCH = "seatEpoch"  # written by `seating` alone; a pass's status neither sets nor compares it
 
 
@@ -89,6 +90,9 @@ def _listed(unlisted: Sequence[str], scope: str) -> Condition:
 
 
 def _admitted(refused: Mapping[str, str], create_refused: str) -> Condition:
+    if create_refused.startswith(REGISTRATION_REFUSED):  # see `registrations`: nothing was created
+        message = f"no runner could be registered with Gitea (their seats are free again): {create_refused}"
+        return Condition("RunnersAdmitted", "False", "RegistrationRefused", message[:1000])
     if create_refused:
         message = f"the API server refused to create runner Jobs (their seats are free again): {create_refused}"
         return Condition("RunnersAdmitted", "False", "JobRefused", message[:1000])

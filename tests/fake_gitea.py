@@ -4,24 +4,34 @@ Every response body it sends is validated against tests/data/gitea/swagger.v1.js
 the runner `PATCH` of 1.26 against swagger.v1.1.26.0-dev.json, request body included), so it cannot
 drift from what Gitea really sends. A failed check is recorded, not answered as a 500 (which the
 product would retry as transient): the autouse fixture in tests/conftest.py fails the test.
-It reproduces the quirks the poller must survive:
+The runner `Register` RPC (connect over HTTP, JSON; not in the OpenAPI spec) answers as Gitea 1.26's
+handler does, plain errors included. It reproduces the quirks the poller must survive:
 `limit` capped at 50, every row when `page` is omitted, repeatable `status`, 400 on an unknown
 status, and `steps: null` in lists.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import json
+import secrets
+import threading
+import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 from aiohttp import web
 
+from reconciler.gitea_register import Registrar, Registration, RegistrationRefused
+from tests.redis_server import free_port
+
 DATA = Path(__file__).parent / "data" / "gitea"
+REGISTRATION_TOKEN = "fake-registration-token"  # what a new FakeGitea registers runners with
 _STATUS_QUERY = {
     "queued": {"queued"},
     "in_progress": {"in_progress"},
@@ -79,8 +89,10 @@ LIVE: list[FakeGitea] = []  # every fake made, for the check that fails the test
 class FakeGitea:
     """Jobs by repository, served the way Gitea 1.25 serves them."""
 
-    def __init__(self, *, token: str) -> None:
+    def __init__(self, *, token: str, registration_token: str = REGISTRATION_TOKEN) -> None:
         self.token = token
+        # registration token -> the scope its runners register in, as Gitea keeps them
+        self.registration_tokens: dict[str, tuple[str, str]] = {registration_token: ("org", "acme")}
         self.validator = SwaggerValidator()
         self.validator_126 = SwaggerValidator(DATA / "swagger.v1.1.26.0-dev.json")
         self.errors: list[str] = []  # failed checks against Gitea's spec
@@ -149,6 +161,7 @@ class FakeGitea:
         app.router.add_get("/api/v1/orgs/{org}/actions/jobs", self._org_jobs)
         app.router.add_get("/api/v1/admin/actions/jobs", self._admin_jobs)
         app.router.add_get("/api/v1/users/{username}/repos", self._user_repos)
+        app.router.add_post("/api/actions/runner.v1.RunnerService/Register", self._register)
         for prefix, kind in (
             ("/repos/{owner}/{repo}", "repo"),
             ("/orgs/{org}", "org"),
@@ -209,6 +222,28 @@ class FakeGitea:
             return self._answer(f"{kind}_runner_disable", body)
 
         return handle
+
+    async def _register(self, request: web.Request) -> web.Response:
+        """Gitea's runner `Register` RPC (connect, JSON): a new offline row in the token's scope, and its
+        credential; Gitea's own plain errors (connect code `unknown`, HTTP 500) otherwise."""
+        self.requests["register"] += 1
+        if self.fail_with:
+            return web.json_response({"code": "unavailable", "message": "injected"}, status=self.fail_with)
+        form = await request.json()
+        scope = self.registration_tokens.get(form.get("token") or "")
+        if not form.get("token") or not form.get("name"):
+            return web.json_response({"code": "unknown", "message": "missing runner token, name"}, status=500)
+        if scope is None:
+            return web.json_response({"code": "unknown", "message": "runner registration token not found"}, status=500)
+        runner_id = self.add_runner(form["name"], scope=scope, status="offline")
+        row = self.runners[runner_id]
+        row["labels"] = [{"id": i, "name": n, "type": "custom"} for i, n in enumerate(form.get("labels") or [])]
+        row["ephemeral"] = bool(form.get("ephemeral"))
+        runner = {"id": str(runner_id), "uuid": str(uuid.uuid4()), "token": secrets.token_hex(20), "name": form["name"]}
+        runner |= {"version": form.get("version", ""), "labels": form.get("labels") or []}
+        if row["ephemeral"]:
+            runner["ephemeral"] = True  # connect's JSON leaves out a false
+        return self._answer("register", {"runner": runner})
 
     def _documented(self, method: str, path: str, status: int) -> None:
         if not self.validator_126.has(method, path, status):
@@ -310,3 +345,44 @@ class FakeGitea:
         body = self._page(request, rows)
         self._valid(self.validator.response, "/users/{username}/repos", body)
         return self._answer("user_repos", body)
+
+
+class FakeRegistrar(Registrar):
+    """Registers runners in-process, as Gitea's `Register` would, for tests whose Gitea is not served:
+    `tokens` are the registration tokens it knows; `registered` what it was asked, in order."""
+
+    def __init__(self, *, tokens: Iterable[str]) -> None:
+        super().__init__(cast(Any, None), version="test")
+        self.tokens = set(tokens)
+        self.registered: list[tuple[str, str, tuple[str, ...]]] = []  # (Gitea URL, runner name, label names)
+
+    async def register(self, url: str, token: str, *, name: str, labels: Sequence[str]) -> Registration:
+        if token not in self.tokens:
+            said = f"registering runner {name} at {url}: HTTP 500 unknown: runner registration token not found"
+            raise RegistrationRefused(said, status=500)
+        self.registered.append((url, name, tuple(labels)))
+        return Registration(id=len(self.registered), uuid=str(uuid.uuid4()), name=name, token=secrets.token_hex(20))
+
+
+@contextlib.contextmanager
+def served(fake: FakeGitea) -> Iterator[str]:
+    """`fake` served on loopback from a thread and event loop of its own, for peers in other processes
+    (the benchmarks' reconciler): its URL. Stopped on exit."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="fake-gitea", daemon=True)
+    thread.start()
+    runner = web.AppRunner(fake.app(), access_log=None)
+    port = free_port()
+
+    async def start() -> None:
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+
+    try:
+        asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=30)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        loop.close()

@@ -38,7 +38,7 @@ from aiohttp import web
 
 from reconciler.manifests import GROUP_LABEL
 from tests.e2e.watch import RunnerWatch
-from tests.fake_gitea import FakeGitea
+from tests.fake_gitea import REGISTRATION_TOKEN, FakeGitea
 from tests.jobs import payload, signed
 from tests.kube_cluster import KubeCluster, api_request, complete_job, runner_of
 from tests.redis_server import RedisServer, free_port, wait_port
@@ -267,7 +267,7 @@ class Rig:
 
     def _namespace(self) -> None:
         assert api_request(self.kube, "POST", "/api/v1/namespaces", {"metadata": {"name": self.ns}})[0] == 201
-        data = {k: base64.b64encode(v.encode()).decode() for k, v in {"reg": "registration", "api": TOKEN}.items()}
+        data = {k: base64.b64encode(v.encode()).decode() for k, v in {"reg": REGISTRATION_TOKEN, "api": TOKEN}.items()}
         secret = {"metadata": {"name": "gitea"}, "data": data}
         assert api_request(self.kube, "POST", f"/api/v1/namespaces/{self.ns}/secrets", secret)[0] == 201
         for i in range(self.groups):

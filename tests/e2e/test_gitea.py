@@ -13,6 +13,7 @@ or stops the receiver puts it back: the order they run in does not matter.
 from __future__ import annotations
 
 import base64
+import json
 import time
 import urllib.request
 import uuid
@@ -193,9 +194,10 @@ def test_webhooks_from_a_real_gitea_start_one_runner_per_queued_job(stack: Stack
         env = {e["name"]: e for e in pod["containers"][0]["env"]}
         assert env["GITEA_INSTANCE_URL"]["value"] == gitea.url
         assert env["GITEA_RUNNER_LABELS"]["value"] == f"{label}:host"
-        assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env
-        register = {e["name"]: e for e in pod["initContainers"][-1]["env"]}
-        assert "valueFrom" in register["GITEA_RUNNER_REGISTRATION_TOKEN"]
+        assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env and "secretKeyRef" not in json.dumps(pod)
+        # The controller registered the runner: the Pod mounts its own credential, a Secret named as its Job.
+        (credential,) = [v for v in pod["volumes"] if v["name"] == "runner-credential"]
+        assert credential["secret"]["secretName"] == job["metadata"]["name"]
     total, count = (now - then for now, then in zip(stack.time_to_runner(), before, strict=True))
     assert count == 3
     mean = total / count

@@ -11,7 +11,9 @@ Gitea's conclusions and what the job's steps printed in their logs.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
+import json
 import secrets
 import subprocess
 import uuid
@@ -271,7 +273,7 @@ def test_the_default_runner_image_runs_docker_jobs_on_its_own_rootless_daemon(st
 @pytest.mark.parametrize("shape", list(UPSTREAM))
 def test_the_upstream_runner_image_of_each_release_serves_a_job(stack: NodeStack, shape: str) -> None:
     """act_runner 0.x and 1.x images as their own Dockerfiles make them (their entrypoint, their
-    binary's name): the register step finds the binary, and the image's entrypoint runs the daemon."""
+    binary's name): the prepare step finds the binary, and the image's entrypoint runs the daemon."""
     binary, ns, label = UPSTREAM[shape], stack.namespace("upstream"), f"l{uuid.uuid4().hex[:6]}"
     stack.group(ns, label, image=image(shape)[0])
     repo = stack.repo()
@@ -286,8 +288,8 @@ def test_the_upstream_runner_image_of_each_release_serves_a_job(stack: NodeStack
     assert f"the runner binary is /usr/local/bin/{binary}" in log, log[-2000:]
     (runner_job,) = stack.runner_jobs(ns)
     (pod,) = stack.pods(ns)
-    registered = api_text(stack.node, f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/log?container=register")
-    assert f"registered {runner_of(runner_job)}" in registered, registered
+    prepared = api_text(stack.node, f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/log?container=prepare")
+    assert f"runner {runner_of(runner_job)} registered by the controller" in prepared, prepared
     wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
 
 
@@ -347,3 +349,64 @@ def test_a_gitea_served_over_https_by_its_own_ca_is_polled_registered_with_and_c
             assert not https.runners_with(label), "no runner of it left in Gitea"
     finally:
         gitea.stop()
+
+
+LINGER = """\
+name: linger
+on: [push]
+jobs:
+  linger:
+    runs-on: {label}
+    steps:
+      - run: |
+          docker run --rm --entrypoint sh {job} -c 'echo a Docker job ran; sleep 20'
+"""
+
+
+def _files_holding(needle: bytes, roots: list[Path], *, skip: tuple[str, ...] = ()) -> list[Path]:
+    """The regular files under the folders `roots` (up to 64 MB each; paths containing a
+    `skip` part left out) that hold `needle`."""
+    found = []
+    for root in roots:
+        for path in root.rglob("*"):
+            with contextlib.suppress(OSError):
+                small = path.is_file() and not path.is_symlink() and path.stat().st_size <= 64 << 20
+                if small and not set(path.parts) & set(skip) and needle in path.read_bytes():
+                    found.append(path)
+    return found
+
+
+def test_nothing_on_the_node_holds_the_registration_token_while_a_docker_runner_runs(
+    stack: NodeStack, images: Images
+) -> None:
+    """The controller registers each runner, so no Pod names the registration token: while a Docker-mode
+    runner (privileged daemon sidecar) runs a job, neither the container runtime's records and bundles
+    (where the kubelet puts every container's resolved env) nor the Pod volumes on the node hold it. The
+    runner's own credential is there (the search finds what it looks for), and nothing else."""
+    ns, label, watch = docker_group(stack, images, name="nothing")
+    watch.stop()
+    repo = stack.repo()
+    run_id = stack.push(repo, LINGER.format(label=label, job=images.job))
+    stack.wait_job_running(repo, run_id)
+    (runner_job,) = stack.runner_jobs(ns)
+    credential = api_request(stack.node, "GET", f"/api/v1/namespaces/{ns}/secrets/{runner_job['metadata']['name']}")[1]
+    own = json.loads(base64.b64decode(credential["data"][".runner"]))["token"].encode()
+    node = stack.node.layout.root
+    # The runtime's bundles (each container's config.json) and its records (the bolt database).
+    runtime = [node / "containerd" / "state", node / "containerd" / "root" / "io.containerd.metadata.v1.bolt"]
+    pods = [node / "kubelet" / "pods" / runner_job_pod_uid(stack, ns)]
+
+    holding_token = _files_holding(stack.registration_token.encode(), [*runtime, *pods], skip=("dind-storage",))
+    holding_own = _files_holding(own, pods, skip=("dind-storage",))
+    holding_name = _files_holding(runner_of(runner_job).encode(), runtime)
+
+    assert stack.wait_run(repo, run_id, timeout=180)["conclusion"] == "success"
+    assert not holding_token, holding_token
+    # The runner's own credential: in its Secret's volume and the copy in its state folder, nowhere else.
+    assert {p.name for p in holding_own} == {".runner"} and len(holding_own) >= 2, holding_own
+    assert holding_name, "the runtime's records hold the containers' env (GITEA_RUNNER_NAME): a token there would show"
+
+
+def runner_job_pod_uid(stack: NodeStack, ns: str) -> str:
+    (pod,) = stack.pods(ns)
+    return str(pod["metadata"]["uid"])

@@ -131,8 +131,8 @@ class RunnerWatch:
         self.added_ms: dict[str, int] = {}
         self.running_ms: dict[str, int] = {}
         # The steps of each runner's Pod in between, as first seen (the node benchmark splits a burst by
-        # them): the Pod listed, bound to the node, its register init container started and exited
-        # (registered with Gitea), and its Pod terminated.
+        # them): the Pod listed, bound to the node, its last init container (prepare; register before the
+        # controller registered runners) started and exited, and its Pod terminated.
         self.pod_added_ms: dict[str, int] = {}
         self.scheduled_ms: dict[str, int] = {}
         self.init_started_ms: dict[str, int] = {}

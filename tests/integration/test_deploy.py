@@ -623,6 +623,12 @@ def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
                     {"series": 'grs_registration_failures_total{group="ci/badtoken"}', "values": "0+1x40"},
                     {"series": 'grs_registration_failures_total{group="ci/fixed"}', "values": "0+1x40"},
                     {"series": 'grs_jobs_completed_total{group="ci/fixed",conclusion="success"}', "values": "0+1x40"},
+                    # a group whose token Gitea refuses: no runner Pod, its creates refused by Gitea
+                    {
+                        "series": 'grs_runner_creates_refused_total{group="ci/refused",reason="registration"}',
+                        "values": "0+1x40",
+                    },
+                    {"series": 'grs_runner_creates_refused_total{group="ci/quota",reason="quota"}', "values": "0+1x40"},
                     # a group that lost a runner during a job at minute 10, and one that never did
                     {"series": 'grs_runners_lost_total{group="ci/oom"}', "values": "0x10 1x30"},
                     {"series": 'grs_runners_lost_total{group="ci/fine"}', "values": "0x40"},
@@ -656,7 +662,11 @@ def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
                             {
                                 "exp_labels": {"severity": "warning", "group": "ci/badtoken"},
                                 "exp_annotations": {"summary": failing.format(group="ci/badtoken")},
-                            }
+                            },
+                            {
+                                "exp_labels": {"severity": "warning", "group": "ci/refused"},
+                                "exp_annotations": {"summary": failing.format(group="ci/refused")},
+                            },
                         ],
                     },
                 ],

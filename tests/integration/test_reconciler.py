@@ -34,7 +34,7 @@ from reconciler.objects import job_from
 from reconciler.runner_cache import RunnerCache
 from reconciler.settings import Settings
 from reconciler.state import GroupState
-from tests.fake_gitea import FakeGitea
+from tests.fake_gitea import FakeGitea, FakeRegistrar
 from tests.groups import REFUSED, changed, operator_form, spec_dict
 from tests.groups import spec as spec_model
 from tests.jobs import model
@@ -131,6 +131,7 @@ def _stacks() -> str:
 async def running_controller(
     kubeconfig: Path, redis_url: str, ns: str, *, egress: Egress = DIRECT, **kw: Any
 ) -> AsyncIterator[Controller]:
+    registrar = kw.pop("registrar", None) or FakeRegistrar(tokens={REG_TOKEN})
     options: dict[str, Any] = {"poll_enabled": False, "resync_interval": 2, "listen_port": 0} | kw
     settings = Settings(kubeconfig=str(kubeconfig), redis_url=redis_url, watch_namespace=ns, **options)
     api = await api_client(settings.kubeconfig)
@@ -143,6 +144,7 @@ async def running_controller(
             gitea=GiteaClient(session),
             metrics=Metrics.create(CollectorRegistry()),
             egress=egress,
+            registrar=registrar,
         )
         task = asyncio.create_task(controller.run())
         try:
@@ -275,10 +277,20 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
         assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
         env = {e["name"]: e for e in pod["containers"][0]["env"]}
         assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env
-        (register,) = pod["initContainers"]
-        reg_env = {e["name"]: e.get("valueFrom") for e in register["env"]}
-        assert reg_env["GITEA_RUNNER_REGISTRATION_TOKEN"] == {"secretKeyRef": {"name": "gitea", "key": "reg"}}
-        assert REG_TOKEN not in str(job)
+        # Registered by the controller: the Pod holds no registration token, only its own runner's
+        # credential, in a Secret named as the Job, owned by it, and marked the install's own.
+        assert REG_TOKEN not in str(job) and "secretKeyRef" not in str(pod)
+        registrar = controller.group_pass.seating.registrations.registrar
+        assert isinstance(registrar, FakeRegistrar)
+        assert ("http://gitea.invalid:3000", runner_of(job), ("k8s",)) in registrar.registered
+        _, credential = api_request(kube, "GET", f"/api/v1/namespaces/{ns}/secrets/{meta['name']}")
+        assert credential["metadata"]["ownerReferences"] == [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": meta["uid"]}
+        ]
+        assert credential["metadata"]["labels"]["app.kubernetes.io/created-by"] == "gitea-runner-scaler"
+        file = json.loads(base64.b64decode(credential["data"][".runner"]))
+        assert (file["name"], file["address"], file["labels"]) == (runner_of(job), "http://gitea.invalid:3000", ["k8s"])
+        assert file["ephemeral"] is True and file["token"] and REG_TOKEN not in str(credential)
         assert env["GITEA_RUNNER_NAME"]["value"] == runner_of(job) and runner_of(job).startswith(meta["name"] + ".")
         assert env["GITEA_RUNNER_LABELS"]["value"] == "k8s"
         assert env["GITEA_RUNNER_EPHEMERAL"]["value"] == "true"
@@ -351,7 +363,7 @@ async def test_a_runnergroup_written_for_gitea_runner_operator_applies_unchanged
     assert job["metadata"]["annotations"][JOB_ID_ANNOTATION] == "31"
     env = {e["name"]: e for e in job["spec"]["template"]["spec"]["initContainers"][-1]["env"]}
     assert env["GITEA_INSTANCE_URL"]["value"] == "http://gitea.invalid:3000"
-    assert env["GITEA_RUNNER_REGISTRATION_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "gitea", "key": "reg"}
+    assert "secretKeyRef" not in str(job), "registered by the controller, with the token `registrationToken` names"
     assert s["target"] == "acme/widgets"
     assert s["conditions"]["Ready"]["status"] == "True"
 
@@ -459,6 +471,42 @@ async def test_a_group_of_a_second_gitea_instance_is_refused_and_the_first_insta
     assert f"(RunnerGroup {ns}/a-first, the oldest)" in cond["message"] and "GRS_GITEA_URLS" in cond["message"]
     assert job["metadata"]["labels"][GROUP_LABEL] == "a-first"
     assert [j["metadata"]["name"] for j in runner_jobs(kube, ns)] == [job["metadata"]["name"]]
+
+
+async def test_a_registration_token_gitea_refuses_starts_no_runner_and_says_so_until_it_is_replaced(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    """The controller registers each runner before its Job exists: a token Gitea refuses (or a Secret
+    without it) makes no runner Job, frees the seat at once, and the group's RunnersAdmitted says why;
+    once Gitea takes the token, the runner starts."""
+    ns = namespace(kube)
+    create_group(kube, ns, "refused", defaultLabels=[], maxActiveRunners=1)
+    # A registration token Secret not there yet (GitOps applies it later) stops nothing either.
+    create_group(kube, ns, "later", defaultLabels=[], labels=["other"],
+                 registrationToken={"secretRef": {"name": "not-yet", "key": "reg"}})  # fmt: skip
+    await queue(redis, 61, labels=["k8s"])
+    await queue(redis, 62, labels=["other"])
+    registrar = FakeRegistrar(tokens=())  # Gitea knows no token yet
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, registrar=registrar) as controller:
+        refused = await eventually(lambda: _runners_admitted(kube, ns, "refused", "RegistrationRefused"))
+        later = await eventually(lambda: _runners_admitted(kube, ns, "later", "RegistrationRefused"))
+        assert not runner_jobs(kube, ns)
+        group_obj = next(g for g in controller.groups.items.values() if g.name == "refused")
+        assert not await redis.zrange(f"{{grs}}:seats:{group_obj.uid}", 0, -1), "no seat held"
+        registrar.tokens.add(REG_TOKEN)  # the token rotated in Gitea to the one the Secret holds
+        secret = {"metadata": {"name": "not-yet"}, "stringData": {"reg": REG_TOKEN}}
+        assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", secret)[0] == 201
+        jobs = await eventually(lambda: len(j := runner_jobs(kube, ns)) == 2 and j, timeout=60)
+    assert "runner registration token not found" in refused["message"]
+    assert f"Gitea refused the registrationToken (Secret {ns}/gitea, key reg)" in refused["message"]
+    assert REG_TOKEN not in refused["message"]
+    assert f"registrationToken: Secret {ns}/not-yet not found" in later["message"]
+    assert sorted(j["metadata"]["labels"][GROUP_LABEL] for j in jobs) == ["later", "refused"]
+
+
+def _runners_admitted(kube: KubeCluster, ns: str, name: str, reason: str) -> dict[str, Any] | None:
+    cond = group_status(kube, ns, name).get("conditions", {}).get("RunnersAdmitted")
+    return cond if cond and cond["reason"] == reason else None
 
 
 async def test_runner_jobs_hold_seats_under_the_epoch_the_status_records(
@@ -617,15 +665,16 @@ async def test_a_group_naming_the_installs_own_secrets_is_refused_and_its_gitea_
     create_group(kube, ns, "poller", gitea={"url": url}, authToken=stolen, labels=["a"], defaultLabels=[])
     hook = {"secretRef": {"name": "hook", "key": "secret"}}
     create_group(kube, ns, "runner", gitea={"url": url}, registrationToken=hook, labels=["b"], defaultLabels=[])
-    # A registration token Secret not there yet (GitOps applies it later) stops nothing: its runner
-    # waits for it in the kubelet, as before.
-    later = {"secretRef": {"name": "not-yet", "key": "reg"}}
-    create_group(kube, ns, "later", registrationToken=later, labels=["c"], defaultLabels=[])
     await queue(redis, 61, labels=["b"])
-    await queue(redis, 62, labels=["c"])
     options: dict[str, Any] = {"poll_enabled": True, "poll_interval": 1, "protected_secrets": f"{ns}/hook"}
     async with running_controller(kube.kubeconfig, redis_server.url, ns, **options) as controller:
-        polled = await eventually(lambda: group_status(kube, ns, "poller").get("conditions", {}).get("GiteaReachable"))
+        polled = await eventually(
+            lambda: (
+                (c := group_status(kube, ns, "poller").get("conditions", {}).get("GiteaReachable"))
+                and c["reason"] != "NotPolledYet"
+                and c
+            )
+        )
         ready = await eventually(
             lambda: (
                 (c := group_status(kube, ns, "runner").get("conditions", {}).get("Ready", {})).get("status") == "False"
@@ -633,10 +682,8 @@ async def test_a_group_naming_the_installs_own_secrets_is_refused_and_its_gitea_
             )
         )
         await asyncio.wait_for(controller.poll_once(), timeout=60)
-        await eventually(lambda: runner_jobs(kube, ns))
         await passes(controller)
-        jobs = runner_jobs(kube, ns)
-        assert [j["metadata"]["labels"][GROUP_LABEL] for j in jobs] == ["later"], "none would take the webhook secret"
+        assert not runner_jobs(kube, ns), "none would take the webhook secret"
     assert (polled["status"], polled["reason"]) == ("False", "AuthTokenUnavailable"), polled
     assert f"Secret {ns}/grs-redis is the install's own: a RunnerGroup may not use it" in polled["message"]
     assert f"Secret {ns}/hook is the install's own" in ready["message"], ready

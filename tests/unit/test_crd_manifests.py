@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -18,7 +19,7 @@ from reconciler import manifests
 from reconciler.crd import crd
 from reconciler.dind import is_dind
 from reconciler.egress import DIRECT, Egress
-from reconciler.manifests import JOB_ID_ANNOTATION, GroupRef, build_job, template_hash
+from reconciler.manifests import JOB_ID_ANNOTATION, GroupRef, build_job, credential_secret, runner_file, template_hash
 from reconciler.names import job_name, job_of_runner
 from reconciler.objects import job_from
 from reconciler.runner_cache import RunnerCache
@@ -101,15 +102,18 @@ def test_job_manifest_invariants() -> None:
     assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env, "the runner container never holds the token"
     assert "literal-token-must-go" not in json.dumps(job)
     assert env["EXTRA"]["value"] == "kept"
-    # The token is only in the register init container, by reference, and the state file goes over.
+    # No registration token anywhere in the Pod: the prepare init container alone mounts the runner's
+    # own credential (a Secret named as the Job), and the state file goes over.
+    assert "secretKeyRef" not in json.dumps(pod) and '"reg"' not in json.dumps(pod)
     (register,) = pod["initContainers"]
-    assert register["name"] == "register" and register["image"] == s.image
+    assert register["name"] == "prepare" and register["image"] == s.image
     assert register["resources"] == {"limits": {"cpu": "2"}} and "securityContext" not in register
     reg_env = {e["name"]: e for e in register["env"]}
-    assert reg_env["GITEA_RUNNER_REGISTRATION_TOKEN"] == {
-        "name": "GITEA_RUNNER_REGISTRATION_TOKEN",
-        "valueFrom": {"secretKeyRef": {"name": "gitea", "key": "reg"}},
-    }
+    credential = {"name": "runner-credential", "mountPath": "/run/grs-credential", "readOnly": True}
+    assert credential in register["volumeMounts"] and "runner-credential" not in json.dumps(runner["volumeMounts"])
+    assert {"name": "runner-credential", "secret": {"secretName": "builders-7-ab12", "defaultMode": 0o444}} in pod[
+        "volumes"
+    ]
     # The runner's name in Gitea: the Job's and a tag of its own, recorded on the Job (names come back)
     runner_name = job["metadata"]["annotations"]["gitea.bpg.pw/runner-name"]
     assert re.fullmatch(r"builders-7-ab12\.[0-9a-f]{8}", runner_name)
@@ -184,8 +188,8 @@ def test_dind_mode_puts_a_privileged_docker_daemon_beside_an_unprivileged_runner
         },
     )
     pod = build_job(REF, s, name="builders-1-ab12", job_id=1)["spec"]["template"]["spec"]
-    daemon, setup, register = pod["initContainers"]
-    assert register["name"] == "register", "registered last: a Pod that fails before leaves no Gitea row"
+    daemon, setup, prepare = pod["initContainers"]
+    assert prepare["name"] == "prepare", "last: the podTemplate's own init containers never see the credential"
     runner = pod["containers"][0]
     assert (daemon["name"], daemon["image"], daemon["restartPolicy"]) == (
         "dind",
@@ -198,10 +202,11 @@ def test_dind_mode_puts_a_privileged_docker_daemon_beside_an_unprivileged_runner
     assert env["DOCKER_HOST"] == "unix:///run/dind/docker.sock"
     assert {"name": "dind-socket", "mountPath": "/run/dind"} in runner["volumeMounts"]
     assert {"name": "dind-socket", "mountPath": "/run/dind"} in daemon["volumeMounts"]
-    assert sorted(v["name"] for v in pod["volumes"]) == ["cache", "dind-socket", "dind-storage", "runner-state"]
+    names = ["cache", "dind-socket", "dind-storage", "runner-credential", "runner-state"]
+    assert sorted(v["name"] for v in pod["volumes"]) == names
     assert {"name": "dind-storage", "emptyDir": {}} in pod["volumes"], "never the node's own Docker storage"
     plain = build_job(REF, spec(image="docker.io/gitea/act_runner:0.2.13"), name="b-2-x", job_id=2)
-    assert [c["name"] for c in plain["spec"]["template"]["spec"]["initContainers"]] == ["register"]
+    assert [c["name"] for c in plain["spec"]["template"]["spec"]["initContainers"]] == ["prepare"]
     assert "imagePullPolicy" not in daemon, "Kubernetes' default for its tag"
 
 
@@ -326,3 +331,28 @@ def test_a_dind_rootless_runner_keeps_its_daemons_data_on_an_emptydir() -> None:
     own = {"name": "fast", "mountPath": "/home/rootless/.local/share/docker"}
     template = {"spec": {"containers": [{"name": "runner", "volumeMounts": [own]}], "volumes": [{"name": "fast"}]}}
     assert storage(podTemplate=template) == ([own], []), "a podTemplate's own mount there wins"
+
+
+def test_the_credential_secret_is_the_runners_own_file_owned_by_its_job() -> None:
+    job = build_job(REF, spec(), name="builders-7-ab12", job_id=7, runner="builders-7-ab12.0123abcd")
+    labels = ["k8s", "linux:host", "ubuntu-latest:docker://node:20"]
+    file = runner_file(
+        id=12, uuid="u-12", name="builders-7-ab12.0123abcd", token="own", address="http://g", labels=labels
+    )
+    secret = credential_secret(job, uid="job-uid", file=file, labels={"app.kubernetes.io/created-by": "grs"})
+    meta = secret["metadata"]
+    assert (meta["name"], meta["namespace"]) == ("builders-7-ab12", REF.namespace)
+    assert meta["ownerReferences"] == [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "builders-7-ab12", "uid": "job-uid"}
+    ]
+    assert meta["labels"] == {**job["metadata"]["labels"], "app.kubernetes.io/created-by": "grs"}
+    # What act_runner's LoadRegistration reads (internal/pkg/config/registration.go), labels whole.
+    assert json.loads(base64.b64decode(secret["data"][".runner"])) == {
+        "id": 12,
+        "uuid": "u-12",
+        "name": "builders-7-ab12.0123abcd",
+        "token": "own",
+        "address": "http://g",
+        "labels": labels,
+        "ephemeral": True,
+    }

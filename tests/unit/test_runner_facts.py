@@ -36,6 +36,7 @@ def make(*, now_ms: int = CREATED_MS) -> GroupPass:
         metrics=cast(Any, None),
         wake=lambda _state, _at: None,
         reports=cast(Any, None),
+        registrations=cast(Any, None),
         clock=lambda: now_ms / 1000,
     )
 

@@ -1,8 +1,9 @@
-"""The register init container's script, run by a real /bin/sh against a stand-in `act_runner`.
+"""The prepare init container's script, run by a real /bin/sh with a stand-in runner binary.
 
-The stand-in does what act_runner's `register` does in each case (writes `.runner`, or logs Gitea's
-refusal, or waits forever on an unreachable Gitea), so the script's exit codes and last lines (the
-Pod's termination message, shown in the group's status) are checked for real.
+The controller registered the runner; the script checks the image has a runner binary, writes the CA
+bundle and the cache config, and copies the runner's credential (the Secret's `.runner`) to where the
+image's entrypoint looks. Its exit codes and last lines (the Pod's termination message, shown in the
+group's status) are checked for real.
 """
 
 from __future__ import annotations
@@ -15,66 +16,54 @@ import pytest
 import yaml
 
 from reconciler.egress import DIRECT, Egress
-from reconciler.manifests import REGISTER_SCRIPT
+from reconciler.manifests import PREPARE_SCRIPT
 from reconciler.runner_cache import RunnerCache
 
-TOKEN = "registration-token-0123456789abcdef0123"
-FAKES = {
-    "ok": 'for a; do [ "$prev" = --name ] && name=$a; prev=$a; done\n'
-    'echo "INFO Runner registered successfully."\nprintf \'{"name":"%s"}\' "$name" > .runner\n',
-    "refused": "echo 'Error: poller: cannot register new runner: invalid_argument: "
-    "runner registration token not found'\nexit 1\n",
-    "hangs": "echo 'Cannot ping the Gitea instance server'\nexec sleep 60\n",
-    "silent": "exit 0\n",
-    # registers, and keeps the config it was given (as act_runner reads it) for the test to look at
-    "config": 'for a; do [ "$prev" = --config ] && cat "$a" > registered-with.yaml; prev=$a; done\n'
-    'echo "{}" > .runner\n',
-    # registers only if the CA bundle its TLS client is pointed at holds the test CA
-    "tls": 'grep -q "grs test ca" "$SSL_CERT_FILE" || { echo "x509: certificate signed by unknown authority"\n'
-    "exit 1; }\n"
-    'echo "INFO Runner registered successfully."\necho "{}" > .runner\n',
-}
+CREDENTIAL = '{"id": 7, "uuid": "u-7", "name": "builders-7-ab12", "token": "runner-own-token"}\n'
 
 
 def run(
     tmp_path: Path,
-    behaviour: str,
     *,
-    timeout: int = 30,
     binary: str = "act_runner",
     egress: Egress = DIRECT,
     config: str | Path | None = None,
+    credential: str | None = CREDENTIAL,
+    **more: str,
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     """Run the script with a stand-in `binary` (act_runner 0.x's name; 1.x's is gitea-runner; "": none)
-    on a PATH of nothing else but the tools the script uses."""
-    bin_dir, state = tmp_path / "bin", tmp_path / "data"
-    bin_dir.mkdir()
-    state.mkdir()
+    on a PATH of nothing else but the tools the script uses, and the credential Secret's file (None:
+    not mounted)."""
+    bin_dir, state, secret = tmp_path / "bin", tmp_path / "data", tmp_path / "secret"
+    for folder in (bin_dir, state, secret):
+        folder.mkdir()
     if binary:
         fake = bin_dir / binary
-        fake.write_text("#!/bin/sh\nprev=\n" + FAKES[behaviour])
+        fake.write_text("#!/bin/sh\nexit 0\n")
         fake.chmod(0o755)
-    for tool in ("timeout", "cat", "rm", "grep", "sleep", "mkdir", "awk"):
+    for tool in ("cat", "cp", "rm", "grep", "mkdir", "awk"):
         (bin_dir / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
+    if credential is not None:
+        (secret / ".runner").write_text(credential)
     env = {
         "PATH": str(bin_dir),
         "GRS_STATE_DIR": str(state),
-        "GRS_REGISTER_TIMEOUT": str(timeout),
+        "GRS_CREDENTIAL_FILE": str(secret / ".runner"),
         "GITEA_INSTANCE_URL": "http://gitea.invalid:3000",
         "GITEA_RUNNER_NAME": "builders-7-ab12",
         "GITEA_RUNNER_LABELS": "k8s",
-        "GITEA_RUNNER_REGISTRATION_TOKEN": TOKEN,
         **{
             e["name"]: e["value"] if "value" in e else SECRETS[str(e["valueFrom"])]
             for e in egress.register_env(str(state))
         },
+        **more,
     }
     if isinstance(config, str):  # the config's text; a Path: where CONFIG_FILE points, as it is
         text, config = config, tmp_path / "config.yaml"
         config.write_text(text)
     if config is not None:
         env["CONFIG_FILE"] = str(config)
-    done = subprocess.run(["/bin/sh", "-c", REGISTER_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(["/bin/sh", "-c", PREPARE_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
     return done, state
 
 
@@ -88,32 +77,31 @@ def last_line(done: subprocess.CompletedProcess[str]) -> str:
 
 
 @pytest.mark.parametrize("binary", ["act_runner", "gitea-runner"])
-def test_a_registration_leaves_the_state_file_and_exits_0(tmp_path: Path, binary: str) -> None:
-    done, state = run(tmp_path, "ok", binary=binary)
+def test_the_runners_credential_is_where_the_entrypoint_looks_and_nothing_else_is_asked(
+    tmp_path: Path, binary: str
+) -> None:
+    done, state = run(tmp_path, binary=binary)
     assert done.returncode == 0, done
-    assert (state / ".runner").read_text() == '{"name":"builders-7-ab12"}'
-    assert last_line(done) == "registered builders-7-ab12"
-    assert TOKEN not in done.stdout + done.stderr
+    assert (state / ".runner").read_text() == CREDENTIAL
+    assert last_line(done) == "runner builders-7-ab12 registered by the controller: its credential is in .runner"
+    assert "runner-own-token" not in done.stdout + done.stderr
 
 
-@pytest.mark.parametrize(
-    ("behaviour", "said"),
-    [
-        ("refused", "registration failed: Gitea refused the registration token"),
-        ("hangs", "registration failed: no answer from http://gitea.invalid:3000 within 1s"),
-        ("silent", "registration failed: act_runner register exited with 0 and wrote no .runner"),
-    ],
-)
-def test_a_failed_registration_exits_1_and_says_why_last(tmp_path: Path, behaviour: str, said: str) -> None:
-    done, state = run(tmp_path, behaviour, timeout=1)
+def test_a_state_file_named_by_runner_state_file_gets_the_credential(tmp_path: Path) -> None:
+    done, state = run(tmp_path, RUNNER_STATE_FILE="state.json")
+    assert done.returncode == 0, done
+    assert (state / "state.json").read_text() == CREDENTIAL and not (state / ".runner").exists()
+
+
+def test_a_credential_it_cannot_read_fails_saying_so(tmp_path: Path) -> None:
+    done, state = run(tmp_path, credential=None)
     assert done.returncode == 1, done
-    assert last_line(done) == said
+    assert last_line(done) == "registration failed: cannot write the runner's credential to .runner"
     assert not (state / ".runner").exists()
-    assert TOKEN not in done.stdout + done.stderr
 
 
 def test_an_image_without_either_runner_binary_fails_saying_so(tmp_path: Path) -> None:
-    done, _ = run(tmp_path, "ok", binary="")
+    done, _ = run(tmp_path, binary="")
     assert done.returncode == 1, done
     assert last_line(done) == "registration failed: the image has neither act_runner nor gitea-runner on its PATH"
 
@@ -121,21 +109,14 @@ def test_an_image_without_either_runner_binary_fails_saying_so(tmp_path: Path) -
 CA = "-----BEGIN CERTIFICATE-----\ngrs test ca\n-----END CERTIFICATE-----"
 
 
-def test_the_ca_certificates_are_in_the_bundle_the_runner_trusts_before_it_registers(tmp_path: Path) -> None:
+def test_the_ca_certificates_are_in_the_bundle_the_runner_trusts(tmp_path: Path) -> None:
     """The image's own bundle, then ours: public CAs keep working, and Gitea's CA is trusted."""
-    done, state = run(tmp_path, "tls", egress=Egress(ca_pem=CA))
+    done, state = run(tmp_path, egress=Egress(ca_pem=CA))
     assert done.returncode == 0, done
     bundle = (state / ".ca" / "ca-certificates.crt").read_text()
     system = Path("/etc/ssl/certs/ca-certificates.crt")
     assert bundle.endswith(CA + "\n") and (not system.is_file() or bundle.startswith(system.read_text()))
     assert (state / ".ca" / "extra-ca.crt").read_text() == CA + "\n"
-
-
-def test_without_the_ca_the_same_registration_is_refused(tmp_path: Path) -> None:
-    """The stand-in above does check: with no CA given, it refuses as act_runner would."""
-    done, _ = run(tmp_path, "tls", egress=Egress(proxy=(("HTTPS_PROXY", "http://proxy.invalid:3128"),)))
-    assert done.returncode == 1, done
-    assert "x509" in done.stdout
 
 
 CACHE = Egress(cache=RunnerCache("http://cache.ci.svc:8088/", secret=CACHE_SECRET))
@@ -160,29 +141,28 @@ OURS = {"enabled": True, "external_server": "http://cache.ci.svc:8088/", "extern
     ],
     ids=["no-config", "no-cache-section", "block", "empty-block", "flow", "crlf"],
 )
-def test_the_runner_registers_with_its_config_and_the_shared_cache_merged_in(
+def test_the_runner_gets_its_config_with_the_shared_cache_merged_in(
     tmp_path: Path, config: str | None, merged: dict[str, object]
 ) -> None:
-    done, state = run(tmp_path, "config", egress=CACHE, config=config)
+    done, state = run(tmp_path, egress=CACHE, config=config)
     assert done.returncode == 0, done
     written = state / ".grs" / "config.yaml"
     assert yaml.safe_load(written.read_text()) == merged
-    assert (state / "registered-with.yaml").read_text() == written.read_text(), "registered with the merged config"
     assert written.stat().st_mode & 0o077 == 0, "only the runner's user reads the secret"
     assert CACHE_SECRET not in done.stdout + done.stderr
 
 
 def test_a_cache_server_that_takes_no_secret_gets_none(tmp_path: Path) -> None:
-    done, state = run(tmp_path, "config", egress=Egress(cache=RunnerCache("http://cache:8088/")))
+    done, state = run(tmp_path, egress=Egress(cache=RunnerCache("http://cache:8088/")))
     assert done.returncode == 0, done
     assert yaml.safe_load((state / ".grs" / "config.yaml").read_text()) == {
         "cache": {"enabled": True, "external_server": "http://cache:8088/"}
     }
 
 
-def test_a_config_file_it_cannot_read_fails_the_registration_saying_which(tmp_path: Path) -> None:
+def test_a_config_file_it_cannot_read_fails_the_runner_saying_which(tmp_path: Path) -> None:
     missing = tmp_path / "mounted" / "config.yaml"  # e.g. a ConfigMap the Pod does not mount
-    done, state = run(tmp_path, "config", egress=CACHE, config=missing)
+    done, state = run(tmp_path, egress=CACHE, config=missing)
     assert done.returncode == 1, done
     assert last_line(done) == f"registration failed: cannot read the runner config {missing}"
     assert not (state / ".runner").exists()
