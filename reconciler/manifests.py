@@ -7,7 +7,7 @@ controller ownerReference, and the pod invariants the controller enforces over t
 
 No registration token reaches a runner Pod: the controller registers each runner with Gitea itself
 (`gitea_register`) and gives the Pod only that runner's own credential, its `.runner` file, in a Secret
-named as the Job and owned by it (`credential_secret`), so it goes with the Job. An init container
+named as the runner and owned by its Job (`credential_secret`), so it goes with the Job. An init container
 (`prepare`, the runner image, no network) copies that file into an emptyDir mounted at /data in both
 containers, with the CA bundle and the cache config if the install has them; the runner container then
 starts the image's own entrypoint, which finds `.runner` and runs only the daemon. A prepare step that
@@ -85,7 +85,9 @@ _OWNED_ENV = (
 # POSIX sh, run by the prepare init container in the runner image (upstream's images have sh): it
 # checks the image has a runner binary (act_runner up to 0.x, gitea-runner from 1.0), writes the CA
 # bundle and the cache config if any, and puts the runner's credential where the image's entrypoint
-# looks for it. Its last line says why it failed (the Pod's termination message, in the group's status).
+# looks for it: a file of the runner's user, private and writable (the daemon rewrites it when the
+# labels it runs with differ), never the Secret volume's read-only mode. Its last line says why it
+# failed (the Pod's termination message, in the group's status).
 PREPARE_SCRIPT = (
     r"""set -u
 command -v act_runner >/dev/null || command -v gitea-runner >/dev/null || {
@@ -97,7 +99,8 @@ cd "$GRS_STATE_DIR" || exit 1
     + WRITE_CA
     + WRITE_CONFIG
     + r"""state="${RUNNER_STATE_FILE:-.runner}"
-cp "$GRS_CREDENTIAL_FILE" "$state" || {
+(umask 077 && cat "$GRS_CREDENTIAL_FILE" >"$state") || {
+  rm -f "$state"
   echo "registration failed: cannot write the runner's credential to $state"
   exit 1
 }
@@ -172,26 +175,28 @@ def runner_file(*, id: int, uuid: str, name: str, token: str, address: str, labe
 
 
 def credential_secret(job: Mapping[str, Any], *, uid: str, file: str, labels: Mapping[str, str]) -> dict[str, Any]:
-    """The Secret with a runner's `.runner` `file`: named as its Job (`job`, created with `uid`) and owned
-    by it, so it goes with the Job; `labels` besides the Job's."""
+    """The Secret with a runner's `.runner` `file`: named as the runner (the Job `job`'s), owned by the Job
+    (created with `uid`), so it goes with it; `labels` besides the Job's."""
     meta = job["metadata"]
     owner = {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": uid}
-    mine = {"name": meta["name"], "namespace": meta["namespace"], "labels": {**meta["labels"], **labels}}
+    name = meta["annotations"][RUNNER_ANNOTATION]
+    mine = {"name": name, "namespace": meta["namespace"], "labels": {**meta["labels"], **labels}}
     data = {CREDENTIAL_KEY: base64.b64encode(file.encode()).decode()}
     return {"apiVersion": "v1", "kind": "Secret", "metadata": {**mine, "ownerReferences": [owner]}, "data": data}
 
 
-def _add_volumes(pod: dict[str, Any], runner: dict[str, Any], *, job: str) -> None:
-    """The emptyDir that carries `.runner` from the prepare container to the runner (replacing whatever
-    the podTemplate put under its name or at /data), and the runner's credential Secret (named `job`)."""
+def _add_volumes(pod: dict[str, Any], container: dict[str, Any], *, runner: str) -> None:
+    """The emptyDir that carries `.runner` from the prepare container to the runner `container`
+    (replacing whatever the podTemplate put under its name or at /data), and the credential Secret of
+    the runner named `runner` (named as it: one Secret per runner ever, never an earlier one's)."""
     ours = (STATE_VOLUME, CREDENTIAL_VOLUME)
     pod["volumes"] = [v for v in pod.get("volumes") or [] if v.get("name") not in ours] + [
         {"name": STATE_VOLUME, "emptyDir": {}},
-        {"name": CREDENTIAL_VOLUME, "secret": {"secretName": job, "defaultMode": 0o444}},
+        {"name": CREDENTIAL_VOLUME, "secret": {"secretName": runner, "defaultMode": 0o444}},
     ]
-    mounts = [m for m in runner.get("volumeMounts") or [] if m.get("name") not in ours]
+    mounts = [m for m in container.get("volumeMounts") or [] if m.get("name") not in ours]
     mounts = [m for m in mounts if m.get("mountPath", "").rstrip("/") != STATE_DIR]
-    runner["volumeMounts"] = [*mounts, {"name": STATE_VOLUME, "mountPath": STATE_DIR}]
+    container["volumeMounts"] = [*mounts, {"name": STATE_VOLUME, "mountPath": STATE_DIR}]
 
 
 def build_job(
@@ -208,7 +213,7 @@ def build_job(
     registers as `runner` (default: a new name, see `names.runner_name`) and reaches Gitea by `egress`."""
     labels = {GROUP_LABEL: group.name, MANAGED_BY_LABEL: MANAGED_BY}
     runner = runner or runner_name(name)
-    template = _pod_template(spec, name=runner, job=name, labels=labels, egress=egress)
+    template = _pod_template(spec, name=runner, labels=labels, egress=egress)
     annotations = {TEMPLATE_ANNOTATION: template_hash(spec, egress), REGISTERED_ANNOTATION: spec.registered_at}
     annotations[RUNNER_ANNOTATION] = runner
     if job_id is not None:
@@ -254,9 +259,7 @@ def _owner_reference(group: GroupRef) -> dict[str, Any]:
     }
 
 
-def _pod_template(
-    spec: RunnerGroupSpec, *, name: str, job: str, labels: dict[str, str], egress: Egress
-) -> dict[str, Any]:
+def _pod_template(spec: RunnerGroupSpec, *, name: str, labels: dict[str, str], egress: Egress) -> dict[str, Any]:
     """The group's `podTemplate` under the controller's invariants: the runner container's image and
     env, the prepare init container, the state and credential volumes, and no service-account token."""
     template: dict[str, Any] = copy.deepcopy(spec.pod_template or {})
@@ -272,7 +275,7 @@ def _pod_template(
     mine = {str(e.get("name")).upper() for e in user_env} & owned_names(egress, STATE_DIR)
     out = [e for e in egress.ca_env(STATE_DIR) + egress.proxy_env() if e["name"].upper() not in mine]
     container["env"] = runner_env(spec, name=name) + out + user_env
-    _add_volumes(pod, container, job=job)
+    _add_volumes(pod, container, runner=name)
     prepare = _prepare_container(spec, container, name=name, egress=egress)
     if egress.cache:  # the prepare step merged the podTemplate's config (or the image's) into this one
         container["env"] = [e for e in container["env"] if e.get("name") != CONFIG_FILE]

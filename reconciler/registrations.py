@@ -56,13 +56,13 @@ class Registrations:
                            labels=labels)  # fmt: skip
 
     async def hand_over(self, job: Mapping[str, Any], uid: str, file: str) -> None:
-        """Give the runner Job (created with `uid`) its runner's `.runner` file, in a Secret it owns. A
-        Secret of that name already there is an earlier Job's of the same name, not yet collected: it
-        must not be the new runner's, so that is a failure to retry."""
+        """Give the runner Job (created with `uid`) its runner's `.runner` file, in a Secret it owns, named
+        as the runner. Runner names are never given twice, so one already there is not this runner's:
+        a failure to retry."""
         secret = credential_secret(job, uid=uid, file=file, labels={CREATED_BY: COMPONENT})
         if await self.kube.create_secret(secret) is None:
             meta = secret["metadata"]
-            raise TransientError(f"Secret {meta['namespace']}/{meta['name']} of an earlier runner is still there")
+            raise TransientError(f"Secret {meta['namespace']}/{meta['name']} is there already, not this runner's")
 
     async def _token(self, where: _Where) -> str:
         cached = self._tokens.get(where)

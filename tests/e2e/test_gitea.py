@@ -195,9 +195,9 @@ def test_webhooks_from_a_real_gitea_start_one_runner_per_queued_job(stack: Stack
         assert env["GITEA_INSTANCE_URL"]["value"] == gitea.url
         assert env["GITEA_RUNNER_LABELS"]["value"] == f"{label}:host"
         assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env and "secretKeyRef" not in json.dumps(pod)
-        # The controller registered the runner: the Pod mounts its own credential, a Secret named as its Job.
+        # The controller registered the runner: the Pod mounts its own credential, a Secret named as it.
         (credential,) = [v for v in pod["volumes"] if v["name"] == "runner-credential"]
-        assert credential["secret"]["secretName"] == job["metadata"]["name"]
+        assert credential["secret"]["secretName"] == job["metadata"]["annotations"]["gitea.bpg.pw/runner-name"]
     total, count = (now - then for now, then in zip(stack.time_to_runner(), before, strict=True))
     assert count == 3
     mean = total / count

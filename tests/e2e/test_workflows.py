@@ -389,7 +389,7 @@ def test_nothing_on_the_node_holds_the_registration_token_while_a_docker_runner_
     run_id = stack.push(repo, LINGER.format(label=label, job=images.job))
     stack.wait_job_running(repo, run_id)
     (runner_job,) = stack.runner_jobs(ns)
-    credential = api_request(stack.node, "GET", f"/api/v1/namespaces/{ns}/secrets/{runner_job['metadata']['name']}")[1]
+    credential = api_request(stack.node, "GET", f"/api/v1/namespaces/{ns}/secrets/{runner_of(runner_job)}")[1]
     own = json.loads(base64.b64decode(credential["data"][".runner"]))["token"].encode()
     node = stack.node.layout.root
     # The runtime's bundles (each container's config.json) and its records (the bolt database).

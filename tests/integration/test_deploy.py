@@ -25,6 +25,7 @@ from reconciler.crd import crd
 from tests.e2e.node_stack import wait_for
 from tests.groups import spec_dict
 from tests.integration.test_reconciler import (
+    REG_TOKEN,
     RG,
     eventually,
     group,
@@ -34,7 +35,7 @@ from tests.integration.test_reconciler import (
     runner_jobs,
     running_controller,
 )
-from tests.kube_cluster import KubeCluster, api_request, peer
+from tests.kube_cluster import KubeCluster, api_request, peer, runner_of
 from tests.kube_schemas import write_schemas
 from tests.redis_server import RedisServer, free_port, wait_port
 
@@ -147,8 +148,8 @@ def test_defaults_are_hardened_and_keep_secrets_in_refs() -> None:
     assert peer["podSelector"]["matchLabels"] == ours
     # A runner Pod carries the managed-by label whatever its podTemplate says: it never matches.
     assert peer["podSelector"]["matchExpressions"] == [{"key": "gitea.bpg.pw/managed-by", "operator": "DoesNotExist"}]
-    # No rule grants Secrets beyond `get` in named namespaces, but the install hook's: it creates the two
-    # generated Secrets and may read and patch those two only.
+    # No rule grants Secrets beyond `get` and `create` (each runner's credential) in named namespaces, but
+    # the install hook's: it creates the two generated Secrets and may read and patch those two only.
     for role in (d for d in docs if d["kind"] in ("Role", "ClusterRole")):
         hook = (role["metadata"].get("annotations") or {}).get("helm.sh/hook")
         for rule in role["rules"]:
@@ -161,7 +162,7 @@ def test_defaults_are_hardened_and_keep_secrets_in_refs() -> None:
                     and rule["resourceNames"] == ["grs-gitea-runner-scaler-webhook", "grs-gitea-runner-scaler-redis"]
                 )
             else:
-                assert rule["verbs"] == ["get"]
+                assert rule["verbs"] in (["get"], ["create"])
 
 
 def test_a_render_is_the_same_every_time_and_carries_no_secret_value() -> None:
@@ -409,7 +410,7 @@ async def test_reconciler_runs_under_the_charts_rbac_and_nothing_more(
 
     secret = {
         "metadata": {"name": "gitea"},
-        "data": {"api": base64.b64encode(b"tok").decode(), "reg": base64.b64encode(b"reg").decode()},
+        "data": {"api": base64.b64encode(b"tok").decode(), "reg": base64.b64encode(REG_TOKEN.encode()).decode()},
     }
     assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", secret)[0] == 201
     assert api_request(kube, "POST", RG.format(ns=ns), group("chart-group", labels=[], defaultLabels=[]))[0] == 201
@@ -438,6 +439,9 @@ async def test_reconciler_runs_under_the_charts_rbac_and_nothing_more(
     assert as_sa("GET", f"/api/v1/namespaces/{ns}/secrets") == 403  # no list: only named gets
     assert as_sa("GET", f"/api/v1/namespaces/{other}/secrets/any") == 403
     assert as_sa("GET", "/api/v1/secrets") == 403
+    # It made the runner's credential Secret, and may make Secrets only in the served namespace.
+    assert api_request(kube, "GET", f"/api/v1/namespaces/{ns}/secrets/{runner_of(jobs[0])}")[0] == 200
+    assert as_sa("POST", f"/api/v1/namespaces/{other}/secrets", {"metadata": {"name": "x"}}) == 403
     assert as_sa("GET", f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{other}/runnergroups") == 403
     assert as_sa("DELETE", RG.format(ns=ns) + "/chart-group") == 403
     assert (
@@ -476,7 +480,8 @@ async def test_runners_in_namespaces_of_their_own_need_only_a_role_in_each(
     token = sa_token(kube, ctl, "grs-gitea-runner-scaler-reconciler")
     kubeconfig = kube.write_kubeconfig_for(tmp_path / "sa-kubeconfig", token=token)
 
-    secret = {"metadata": {"name": "gitea"}, "data": {"api": base64.b64encode(b"tok").decode(), "reg": "cmVn"}}
+    data = {"api": base64.b64encode(b"tok").decode(), "reg": base64.b64encode(REG_TOKEN.encode()).decode()}
+    secret = {"metadata": {"name": "gitea"}, "data": data}
     redis = Redis.from_url(redis_server.url)
     await redis.flushall()
     for i, ns in enumerate((served, also, unserved)):

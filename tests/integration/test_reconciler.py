@@ -278,12 +278,12 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
         env = {e["name"]: e for e in pod["containers"][0]["env"]}
         assert "GITEA_RUNNER_REGISTRATION_TOKEN" not in env
         # Registered by the controller: the Pod holds no registration token, only its own runner's
-        # credential, in a Secret named as the Job, owned by it, and marked the install's own.
+        # credential, in a Secret named as the runner, owned by its Job, and marked the install's own.
         assert REG_TOKEN not in str(job) and "secretKeyRef" not in str(pod)
         registrar = controller.group_pass.seating.registrations.registrar
         assert isinstance(registrar, FakeRegistrar)
         assert ("http://gitea.invalid:3000", runner_of(job), ("k8s",)) in registrar.registered
-        _, credential = api_request(kube, "GET", f"/api/v1/namespaces/{ns}/secrets/{meta['name']}")
+        _, credential = api_request(kube, "GET", f"/api/v1/namespaces/{ns}/secrets/{runner_of(job)}")
         assert credential["metadata"]["ownerReferences"] == [
             {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": meta["uid"]}
         ]

@@ -103,7 +103,7 @@ def test_job_manifest_invariants() -> None:
     assert "literal-token-must-go" not in json.dumps(job)
     assert env["EXTRA"]["value"] == "kept"
     # No registration token anywhere in the Pod: the prepare init container alone mounts the runner's
-    # own credential (a Secret named as the Job), and the state file goes over.
+    # own credential (a Secret named as the runner), and the state file goes over.
     assert "secretKeyRef" not in json.dumps(pod) and '"reg"' not in json.dumps(pod)
     (register,) = pod["initContainers"]
     assert register["name"] == "prepare" and register["image"] == s.image
@@ -111,9 +111,8 @@ def test_job_manifest_invariants() -> None:
     reg_env = {e["name"]: e for e in register["env"]}
     credential = {"name": "runner-credential", "mountPath": "/run/grs-credential", "readOnly": True}
     assert credential in register["volumeMounts"] and "runner-credential" not in json.dumps(runner["volumeMounts"])
-    assert {"name": "runner-credential", "secret": {"secretName": "builders-7-ab12", "defaultMode": 0o444}} in pod[
-        "volumes"
-    ]
+    runner_name = job["metadata"]["annotations"]["gitea.bpg.pw/runner-name"]
+    assert {"name": "runner-credential", "secret": {"secretName": runner_name, "defaultMode": 0o444}} in pod["volumes"]
     # The runner's name in Gitea: the Job's and a tag of its own, recorded on the Job (names come back)
     runner_name = job["metadata"]["annotations"]["gitea.bpg.pw/runner-name"]
     assert re.fullmatch(r"builders-7-ab12\.[0-9a-f]{8}", runner_name)
@@ -341,7 +340,7 @@ def test_the_credential_secret_is_the_runners_own_file_owned_by_its_job() -> Non
     )
     secret = credential_secret(job, uid="job-uid", file=file, labels={"app.kubernetes.io/created-by": "grs"})
     meta = secret["metadata"]
-    assert (meta["name"], meta["namespace"]) == ("builders-7-ab12", REF.namespace)
+    assert (meta["name"], meta["namespace"]) == ("builders-7-ab12.0123abcd", REF.namespace), "the runner's name"
     assert meta["ownerReferences"] == [
         {"apiVersion": "batch/v1", "kind": "Job", "name": "builders-7-ab12", "uid": "job-uid"}
     ]

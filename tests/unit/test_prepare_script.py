@@ -45,6 +45,7 @@ def run(
         (bin_dir / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
     if credential is not None:
         (secret / ".runner").write_text(credential)
+        (secret / ".runner").chmod(0o444)  # as the Secret's volume has it (defaultMode)
     env = {
         "PATH": str(bin_dir),
         "GRS_STATE_DIR": str(state),
@@ -85,6 +86,8 @@ def test_the_runners_credential_is_where_the_entrypoint_looks_and_nothing_else_i
     assert (state / ".runner").read_text() == CREDENTIAL
     assert last_line(done) == "runner builders-7-ab12 registered by the controller: its credential is in .runner"
     assert "runner-own-token" not in done.stdout + done.stderr
+    # The daemon rewrites it when its labels differ (act_runner's SaveRegistration), as the runner's user.
+    assert (state / ".runner").stat().st_mode & 0o777 == 0o600
 
 
 def test_a_state_file_named_by_runner_state_file_gets_the_credential(tmp_path: Path) -> None:

@@ -213,9 +213,4 @@ runnerNamespaces, or the release namespace. */}}
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [create]
-# Each runner's own credential, in a Secret its Job owns (garbage-collected with it). Create alone:
-# reading Secrets is the secret namespaces' Role, never this one.
-- apiGroups: [""]
-  resources: [secrets]
-  verbs: [create]
 {{- end }}
