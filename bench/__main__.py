@@ -319,7 +319,7 @@ def node_rows(cfg: dict[str, Any]) -> list[Row]:
         row(
             "node, cold: where the time goes (p50)",
             f"queued -> runner Job {sc.median(cold.to_job) * 1000:.0f} ms, -> Pod running "
-            f"{sc.median(cold.to_pod) * 1000:.0f} ms, -> picked (registration + first fetch) "
+            f"{sc.median(cold.to_pod) * 1000:.0f} ms, -> picked (first fetch) "
             f"{sc.median(cold.to_pick) * 1000:.0f} ms",
         ),
         row("node, Gitea's webhook delivery: queued listed -> queued webhook received", ms(cold.delivery)),
