@@ -261,6 +261,11 @@ class NodeStack:
         """A job's log as Gitea serves it."""
         return self.gitea.raw("GET", f"/repos/{repo}/actions/jobs/{job_id}/logs").decode(errors="replace")
 
+    def only_log(self, repo: str, run_id: int) -> str:
+        """The log of a run's one job (a run of more jobs fails here)."""
+        (job,) = self.jobs(repo, run_id)
+        return self.job_log(repo, job["id"])
+
     def wait_run(self, repo: str, run_id: int, *, timeout: float = 120) -> dict[str, Any]:
         """Until Gitea reports the run completed; return it."""
         return wait_for(

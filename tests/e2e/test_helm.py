@@ -432,8 +432,7 @@ def test_the_quick_start_as_written_runs_a_default_labelled_job_on_the_default_i
 
     run = stack.wait_run(repo, run_id, timeout=300)
 
-    (job,) = stack.jobs(repo, run_id)
-    log = stack.job_log(repo, job["id"])
+    log = stack.only_log(repo, run_id)
     assert run["conclusion"] == "success", log[-3000:]
     assert "docker pull image=docker.gitea.com/runner-images:ubuntu-latest" in log, log[-3000:]
     assert f"checked out # {repo.split('/')[1]} in a container of debian" in log, log[-3000:]

@@ -511,8 +511,7 @@ def test_a_job_step_can_read_no_registration_token(stack: NodeStack) -> None:
     repo = stack.repo()
     run_id = stack.push(repo, SNOOP.format(label=f"{label}"))
     assert stack.wait_run(repo, run_id)["conclusion"] == "success"
-    (job,) = stack.jobs(repo, run_id)
-    log = stack.job_log(repo, job["id"])
+    log = stack.only_log(repo, run_id)
     (runner,) = [runner_of(j) for j in stack.runner_jobs(ns)]
     # The step did look: its environment, the processes, and the files with their long strings.
     assert f"GITEA_RUNNER_NAME={runner}" in log and "== processes" in log, log[-2000:]

@@ -254,8 +254,7 @@ def test_the_default_runner_image_runs_docker_jobs_on_its_own_rootless_daemon(st
 
     run = stack.wait_run(repo, run_id, timeout=300)
 
-    (job,) = stack.jobs(repo, run_id)
-    log = stack.job_log(repo, job["id"])
+    log = stack.only_log(repo, run_id)
     assert run["conclusion"] == "success", log[-3000:]
     assert f"docker pull image={images.job}" in log, log[-3000:]
     assert "the job runs as uid 0 in its container" in log and "name=rootless" in log, log[-3000:]
@@ -282,8 +281,7 @@ def test_the_upstream_runner_image_of_each_release_serves_a_job(stack: NodeStack
 
     run = stack.wait_run(repo, run_id, timeout=180)
 
-    (job,) = stack.jobs(repo, run_id)
-    log = stack.job_log(repo, job["id"])
+    log = stack.only_log(repo, run_id)
     assert run["conclusion"] == "success", log[-2000:]
     assert f"the runner binary is /usr/local/bin/{binary}" in log, log[-2000:]
     (runner_job,) = stack.runner_jobs(ns)
@@ -337,8 +335,7 @@ def test_a_gitea_served_over_https_by_its_own_ca_is_polled_registered_with_and_c
             text = workflow("tls", label=label).replace("      - run:", "      - uses: actions/hello@v1\n      - run:")
             run_id = https.push(repo, text)
             run = https.wait_run(repo, run_id, timeout=180)
-            (job,) = https.jobs(repo, run_id)
-            log = https.job_log(repo, job["id"])
+            log = https.only_log(repo, run_id)
             assert run["conclusion"] == "success", log[-3000:]
             assert "hello from an action cloned over https" in log, log[-3000:]
             assert gitea.url.startswith("https://") and https.group_status(ns)["target"] == "acme"
