@@ -1,6 +1,8 @@
 # One image for both processes: `webhook-scaler` (the default) and `reconciler`.
 # Build: docker build --build-arg REVISION="$(git rev-parse HEAD)" -t gitea-runner-scaler .
 FROM python:3.11-slim AS build
+# The commit built from, which `--version` prints: `docker build --build-arg REVISION=$(git rev-parse HEAD)`.
+ARG REVISION=""
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY webhook_scaler ./webhook_scaler
@@ -9,7 +11,7 @@ COPY deploy/image-install.sh /usr/local/bin/image-install.sh
 # The root filesystem is read-only at run time and PYTHONDONTWRITEBYTECODE is set, so bytecode is
 # compiled here or on every start. unchecked-hash: the .pyc files are used as they are, whatever
 # the sources' timestamps after the COPY below (and the layer does not depend on the build's clock).
-RUN sh /usr/local/bin/image-install.sh /opt/grs /src \
+RUN sh /usr/local/bin/image-install.sh /opt/grs /src "$REVISION" \
     && rm -rf /opt/grs/lib/python3.11/site-packages/pip /opt/grs/lib/python3.11/site-packages/setuptools /opt/grs/bin/pip* \
     && /opt/grs/bin/python -m compileall -q -f -j 0 --invalidation-mode unchecked-hash /opt/grs/lib/python3.11/site-packages
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator, Mapping
@@ -150,6 +151,29 @@ def version() -> str:
         return "unknown"
 
 
+def revision() -> str | None:
+    """The commit this code was built from: the image's `REVISION` file (written by the Dockerfile), else
+    `git describe` of the checkout it runs from (`-dirty` with local changes), else None."""
+    stamped = Path(sys.prefix) / "REVISION"
+    if stamped.is_file():
+        return stamped.read_text().strip() or None
+    tree = Path(__file__).resolve().parent.parent
+    if not (tree / ".git").exists():
+        return None
+    git = ["git", "-C", str(tree), "describe", "--always", "--dirty", "--abbrev=12", "--match", "v*"]
+    try:
+        done = subprocess.run(git, capture_output=True, text=True, timeout=5, check=False)  # noqa: S603 (fixed argv)
+    except OSError:  # no git installed
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def full_version() -> str:
+    """What `--version` prints after the program's name: `0.1.0`, or `0.1.0 (git 3991bb0c1d2e)`."""
+    built = revision()
+    return f"{version()} (git {built})" if built else version()
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
@@ -164,7 +188,7 @@ def command_line(model: type[BaseModel], *, program: str, description: str) -> a
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
-    parser.add_argument("--version", action="version", version=f"{program} {version()}")
+    parser.add_argument("--version", action="version", version=f"{program} {full_version()}")
     return parser
 
 

@@ -77,13 +77,18 @@ def test_help_shows_defaults_as_one_would_set_them(
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
-def test_version_is_the_installed_distributions(
+def test_version_is_the_installed_distributions_with_the_checkouts_revision(
     runs: dict[tuple[str, str], subprocess.CompletedProcess[str]], program: str
 ) -> None:
+    """Run from this checkout (an editable install), `--version` names the commit as `git describe` does."""
     done = runs[program, "version"]
+    root = Path(__file__).resolve().parents[2]
+    describe = ["git", "-C", str(root), "describe", "--always", "--dirty", "--abbrev=12", "--match", "v*"]
+    commit = subprocess.run(describe, capture_output=True, text=True, check=True).stdout.strip()
+    assert commit
     assert (done.returncode, done.stdout, done.stderr) == (
         0,
-        f"{program} {metadata.version('gitea-runner-scaler')}\n",
+        f"{program} {metadata.version('gitea-runner-scaler')} (git {commit})\n",
         "",
     )
 
