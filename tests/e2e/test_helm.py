@@ -1,12 +1,15 @@
 """The Helm chart as a platform engineer installs it, on a real node, with Gitea outside the cluster.
 
-`helm install` with the default values plus the image overrides (and a NodePort, since Gitea is not in
-the cluster): the hook Job creates the Secrets, every Pod becomes Ready under the chart's own
-ServiceAccounts and RBAC in a namespace that warns on anything the `restricted` Pod Security profile
-forbids, Redis keeps its data on a PersistentVolume. Gitea delivers its webhooks to the receivers
-through the Service, and workflows go green on runners the installed reconciler starts. Then a rotated
-webhook secret rolls the receivers while both secrets are accepted, `helm uninstall` keeps the CRD,
-the RunnerGroups, the Secrets and Redis's volume, and a second install takes them over.
+The release as users get it: deploy/release.sh pushes the chart, as an OCI artifact, to a registry on
+the node that also holds the image and Redis's under their default names, and `helm install oci://...`
+takes the defaults but for that registry's address (and a NodePort, since Gitea is not in the cluster).
+The kubelet pulls every image of the chart from there. The hook Job creates the Secrets, every Pod
+becomes Ready under the chart's own ServiceAccounts and RBAC in a namespace that warns on anything the
+`restricted` Pod Security profile forbids, Redis keeps its data on a PersistentVolume. Gitea delivers
+its webhooks to the receivers through the Service, and workflows go green on runners the installed
+reconciler starts. Then a rotated webhook secret rolls the receivers while both secrets are accepted,
+`helm uninstall` keeps the CRD, the RunnerGroups, the Secrets and Redis's volume, and a second install
+takes them over.
 
 Each test runs its workflows on a RunnerGroup and label of its own, and leaves the release as it found
 it (the rotation upgrades back, the uninstall installs again with the same values): the order they
@@ -23,6 +26,7 @@ import os
 import subprocess
 import threading
 import time
+import tomllib
 import urllib.error
 import urllib.request
 import uuid
@@ -39,6 +43,7 @@ from tests.e2e import actions
 from tests.e2e.node_stack import NodeStack, start_gitea, wait_for, workflow
 from tests.kube_cluster import api_request, api_text, peer
 from tests.node.cluster import NODE_IP, NodeCluster, image, running_node
+from tests.node.configs import NODE_REGISTRY_PORT
 from tests.node.registry import Registry
 
 pytestmark = pytest.mark.kube
@@ -48,14 +53,15 @@ EXAMPLES = ROOT / "deploy" / "examples"
 RELEASE = "grs"
 NS = "ci"
 FULL = f"{RELEASE}-gitea-runner-scaler"
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 COMPONENTS = ["reconciler", "redis", "webhook", "webhook"]
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCluster]:
-    """A node of its own, with the Redis image the chart's bundled Redis runs, and the default runner
-    image's stand-in under its own name."""
-    names = ("pause", "runner", "scaler", "redis", "rootless")
+    """A node of its own, with the default runner image's stand-in under its own name; the chart's own
+    images (ours and Redis's) it pulls from the release's registry."""
+    names = ("pause", "runner", "rootless")
     with running_node(tmp_path_factory.mktemp("helm-node"), images=names) as cluster:
         yield cluster
 
@@ -68,6 +74,7 @@ class Release:
     home: Path
     stack: NodeStack
     sets: list[str]
+    chart: list[str]  # the chart's reference and the flags that go with it
     installs: list[subprocess.CompletedProcess[str]] = field(default_factory=list)
 
     def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -99,7 +106,7 @@ class Release:
         """`helm install` with the image overrides, or with the values of an earlier install (`values()`);
         Gitea is pointed at the webhook Service's node port, which a new install may change."""
         args = ["-f", str(values)] if values else [a for s in self.sets for a in ("--set", s)]
-        done = self.helm("install", RELEASE, str(CHART), "-n", NS, *args, "--wait", "--timeout", "5m")
+        done = self.helm("install", RELEASE, *self.chart, "-n", NS, *args, "--wait", "--timeout", "5m")
         self.installs.append(done)
         service = self.get(f"/api/v1/namespaces/{NS}/services/{FULL}-webhook")
         self.stack.receiver_url = f"http://{NODE_IP}:{service['spec']['ports'][0]['nodePort']}/webhook"
@@ -156,9 +163,29 @@ def _components(pods: list[dict[str, Any]]) -> list[str]:
     return sorted(p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods)
 
 
-def _repository_and_tag(ref: str) -> tuple[str, str]:
-    repository, _, tag = ref.rpartition(":")
-    return repository, tag
+def _published(node: NodeCluster, work: Path, helm_env: dict[str, str]) -> tuple[Registry, list[str]]:
+    """The release in a registry on the node: the image and Redis's under the chart's default names, and
+    the chart pushed by deploy/release.sh. Returns the registry (running) and the chart's reference."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    registry = Registry(work / "release-registry", host=NODE_IP, port=NODE_REGISTRY_PORT)
+    registry.start()
+    try:
+        registry.push(image("scaler")[1], values["image"]["repository"], VERSION)
+        registry.push(image("redis")[1], values["redis"]["image"]["repository"], values["redis"]["image"]["tag"])
+        env = {**os.environ, **helm_env, "HELM": str(peer("helm")), "DIST": str(work / "dist")}
+        args = ["bash", str(ROOT / "deploy" / "release.sh"), "chart", registry.address, "--plain-http"]
+        pushed = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
+        assert pushed.returncode == 0, pushed.stderr
+    except BaseException:
+        registry.stop()
+        raise
+    owner = values["image"]["repository"].split("/")[0]
+    return registry, [
+        f"oci://{registry.address}/{owner}/charts/gitea-runner-scaler",
+        "--version",
+        VERSION,
+        "--plain-http",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -191,16 +218,11 @@ def release(node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         },
     }
     assert api_request(node, "POST", "/api/v1/persistentvolumes", volume)[0] == 201
-    scaler, _ = image("scaler")
-    redis, _ = image("redis")
-    (scaler_repo, scaler_tag), (redis_repo, redis_tag) = _repository_and_tag(scaler), _repository_and_tag(redis)
-    sets = [
-        f"image.repository={scaler_repo}",
-        f"image.tag={scaler_tag}",
-        f"redis.image.repository={redis_repo}",
-        f"redis.image.tag={redis_tag}",
-        "webhook.service.type=NodePort",
-    ]
+    home = work / "helm-home"
+    registry, chart = _published(
+        node, work, {f"HELM_{k}_HOME": str(home / k.lower()) for k in ("CACHE", "CONFIG", "DATA")}
+    )
+    sets = [f"global.imageRegistry={registry.address}", "webhook.service.type=NodePort"]
     gitea, token = start_gitea(work)
     try:
         stack = NodeStack(
@@ -214,13 +236,14 @@ def release(node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
             registration_token=token,
             runner_image=image("runner")[0],
         )
-        rel = Release(node=node, home=work / "helm-home", stack=stack, sets=sets)
+        rel = Release(node=node, home=home, stack=stack, sets=sets, chart=chart)
         rel.install()
         stack.webhook_secret = rel.secret(f"{FULL}-webhook", "webhook-secret")
         stack.set_tokens(NS, registration_token=token, create=True)
         yield rel
     finally:
         gitea.stop()
+        registry.stop()
 
 
 @pytest.fixture
@@ -239,7 +262,7 @@ def rotated(release: Release) -> Iterator[str]:
     values, secret = release.values(), release.stack.webhook_secret
     yield "webhook-rotated"
     release.helm(
-        "upgrade", RELEASE, str(CHART), "-n", NS, "--reset-values", "-f", str(values), "--wait", "--timeout", "5m"
+        "upgrade", RELEASE, *release.chart, "-n", NS, "--reset-values", "-f", str(values), "--wait", "--timeout", "5m"
     )
     release.stack.webhook_secret = secret
     api_request(release.node, "DELETE", f"/api/v1/namespaces/{NS}/secrets/webhook-rotated")
@@ -322,7 +345,7 @@ def test_a_rotated_webhook_secret_rolls_the_receivers_accepting_both(
     sender = threading.Thread(target=keep_delivering)
     sender.start()
     try:
-        release.helm("upgrade", RELEASE, str(CHART), "-n", NS, "--reuse-values",
+        release.helm("upgrade", RELEASE, *release.chart, "-n", NS, "--reuse-values",
                      "--set", f"webhook.secret.existingSecret={rotated}", "--wait", "--timeout", "5m")  # fmt: skip
     finally:
         done.set()
@@ -342,7 +365,7 @@ def test_a_rotated_webhook_secret_rolls_the_receivers_accepting_both(
     # The old secret is dropped from the Secret; the next upgrade rolls the receivers, which refuse it.
     only_new = {"metadata": {"name": rotated}, "stringData": {"webhook-secret": new}}
     assert api_request(release.node, "PUT", f"/api/v1/namespaces/{NS}/secrets/{rotated}", only_new)[0] == 200
-    release.helm("upgrade", RELEASE, str(CHART), "-n", NS, "--reuse-values", "--wait", "--timeout", "5m")
+    release.helm("upgrade", RELEASE, *release.chart, "-n", NS, "--reuse-values", "--wait", "--timeout", "5m")
     assert [_answer(stack.receiver_url, old) for _ in range(6)] == [401] * 6
     assert _answer(stack.receiver_url, new) == 200
 

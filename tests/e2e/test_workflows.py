@@ -68,8 +68,8 @@ def cache_server(stack: NodeStack, tmp_path_factory: pytest.TempPathFactory) -> 
     chart's hook would make; the reconciler settings the chart would give."""
     ns, secret = stack.namespace("cache"), secrets.token_urlsafe(24)
     repository, _, tag = image("runner")[0].rpartition(":")
-    sets = ("cache.enabled=true", "cache.persistence.enabled=false", f"cache.image.repository={repository}",
-            f"cache.image.tag={tag}")  # fmt: skip
+    sets = ("cache.enabled=true", "cache.persistence.enabled=false", "cache.image.registry=",
+            f"cache.image.repository={repository}", f"cache.image.tag={tag}")  # fmt: skip
     args = [str(peer("helm")), "template", "grs", str(CHART), "-n", ns, "--show-only", "templates/cache.yaml"]
     rendered = subprocess.run([*args, *(a for s in sets for a in ("--set", s))], capture_output=True, text=True)
     assert rendered.returncode == 0, rendered.stderr

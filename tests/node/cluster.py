@@ -113,6 +113,9 @@ class NodeCluster(KubeCluster):
         for sub in ("containerd", "kubelet", "pod-logs", "cni/net.d", "cni/ipam"):
             (root / sub).mkdir(parents=True, exist_ok=True)
         (root / "containerd.toml").write_text(configs.containerd_toml(self.layout))
+        address, hosts = configs.registry_hosts(self.layout)
+        (self.layout.registry_hosts_dir / address).mkdir(parents=True, exist_ok=True)
+        (self.layout.registry_hosts_dir / address / "hosts.toml").write_text(hosts)
         (self.layout.cni_conf_dir / "10-grs.conflist").write_text(configs.cni_conflist(self.layout))
         (root / "resolv.conf").write_text("")
         self._spawn("containerd", ["containerd", "--config", str(root / "containerd.toml")])

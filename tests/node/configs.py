@@ -13,6 +13,9 @@ from pathlib import Path
 
 # The host of the images act_runner's default labels run jobs in (reconciler/labels.py).
 STAND_IN_REGISTRY = "docker.gitea.com"
+# The port on the node's address where a test may serve a registry the kubelet pulls from over plain
+# HTTP (containerd's hosts.toml says so): a release's image and chart (tests/e2e/test_helm.py).
+NODE_REGISTRY_PORT = 5000
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,10 @@ class Layout:
     @property
     def cni_conf_dir(self) -> Path:
         return self.root / "cni" / "net.d"
+
+    @property
+    def registry_hosts_dir(self) -> Path:
+        return self.root / "containerd" / "certs.d"
 
 
 def containerd_toml(layout: Layout) -> str:
@@ -69,7 +76,23 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [{cri}.cni]
   bin_dir = "/usr/lib/cni"
   conf_dir = "{layout.cni_conf_dir}"
+[{cri}.registry]
+  config_path = "{layout.registry_hosts_dir}"
 """
+
+
+def registry_hosts(layout: Layout) -> tuple[str, str]:
+    """containerd's hosts.toml for the node's registry (NODE_REGISTRY_PORT): (its folder's name, its text).
+    Plain HTTP, as users' mirrors inside a cluster often are; every other registry is as containerd has it."""
+    address = f"{layout.node_ip}:{NODE_REGISTRY_PORT}"
+    return (
+        address,
+        f"""server = "http://{address}"
+
+[host."http://{address}"]
+  capabilities = ["pull", "resolve"]
+""",
+    )
 
 
 def cni_conflist(layout: Layout) -> str:

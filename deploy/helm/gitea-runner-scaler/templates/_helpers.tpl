@@ -26,8 +26,14 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* An image's reference: (global.imageRegistry or its registry)/repository:tag (tag: the default given). */}}
+{{- define "grs.imageRef" -}}
+{{- $registry := .root.Values.global.imageRegistry | default .image.registry -}}
+{{ if $registry }}{{ $registry }}/{{ end }}{{ .image.repository }}:{{ .image.tag | default .tag }}
+{{- end -}}
+
 {{- define "grs.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ include "grs.imageRef" (dict "root" . "image" .Values.image "tag" .Chart.AppVersion) }}
 {{- end -}}
 
 {{- define "grs.webhookSecretName" -}}
