@@ -7,9 +7,12 @@ least privilege is enough, and what lies outside it is really forbidden.
 from __future__ import annotations
 
 import base64
+import json
 import logging
+import re
 import shutil
 import subprocess
+import tomllib
 import urllib.request
 import uuid
 from functools import partial
@@ -41,6 +44,7 @@ from tests.redis_server import RedisServer, free_port, wait_port
 
 pytestmark = pytest.mark.kube
 ROOT = Path(__file__).resolve().parents[2]
+PROJECT_VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 CHART = ROOT / "deploy" / "helm" / "gitea-runner-scaler"
 KUBE_VERSION = "1.36.3"
 RELEASE = "grs"
@@ -78,6 +82,7 @@ def test_helm_lint(values: Path) -> None:
         pytest.param(("redis.appendfsync=sometimes",), "appendfsync", id="bad-fsync"),
         pytest.param(("webhook.path=no-slash",), "path", id="bad-path"),
         pytest.param(("unknownKey=1",), "unknownKey", id="unknown-value"),
+        pytest.param(("global.imageRegistry=https://mirror",), "imageRegistry", id="registry-with-scheme"),
     ],
 )
 def test_values_schema_rejects_bad_values(sets: tuple[str, ...], message: str) -> None:
@@ -258,6 +263,28 @@ def test_the_shared_cache_server_is_hardened_and_its_secret_reaches_the_runner_n
     assert not [d for d in render("ci") if "cache" in d["metadata"]["name"]], "off by default"
 
 
+def _images(docs: list[dict[str, Any]]) -> set[str]:
+    pods = [d["spec"]["template"]["spec"] for d in docs if d["kind"] in ("Deployment", "StatefulSet", "Job")]
+    return {c["image"] for p in pods for c in (*p.get("initContainers", []), *p["containers"])}
+
+
+def test_images_come_from_their_registries_or_all_from_the_one_registry_given() -> None:
+    """The release's own image at the chart's appVersion, Redis's and the cache server's from Docker Hub;
+    `global.imageRegistry` moves all of them to a mirror, keeping repositories and tags."""
+    full = CHART / "ci" / "full-values.yaml"
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    defaults = {f"ghcr.io/bpg-pw/gitea-runner-scaler:{version}", "docker.io/library/redis:7.2-alpine"}
+    assert _images(render("ci")) == defaults
+    mirrored = {ref.replace("ghcr.io/", "mirror.local:5000/").replace("docker.io/", "mirror.local:5000/")
+                for ref in _images(render("ci", full))}  # fmt: skip
+    assert "mirror.local:5000/gitea/act_runner:0.2.13" in mirrored
+    assert _images(render("ci", full, sets=("global.imageRegistry=mirror.local:5000",))) == mirrored
+    # An empty registry: the repository is the whole reference.
+    assert f"example.org/grs:{version}" in _images(
+        render("ci", sets=("image.registry=", "image.repository=example.org/grs"))
+    )
+
+
 def test_pod_values_reach_every_pod_and_drains_are_never_blocked() -> None:
     docs = render("ci", CHART / "ci" / "full-values.yaml")
     pods = {d["metadata"]["name"]: d["spec"]["template"] for d in docs if d["kind"] in ("Deployment", "StatefulSet")}
@@ -303,7 +330,29 @@ def test_dashboard_and_alerts_do_not_add_up_replicas() -> None:
     for text in (dashboard, rules):
         for gauge in ("grs_queued_jobs", "grs_active_runners"):
             assert f"sum by (group) ({gauge})" not in text
-        assert "max by (group) (grs_queued_jobs)" in text
+        assert "max by (group) (grs_queued_jobs" in text
+
+
+def test_the_dashboard_asks_for_its_data_source_and_namespace_and_its_queries_parse(tmp_path: Path) -> None:
+    """Every panel and query takes the `datasource` variable and scopes its series to `namespace`; the
+    queue-wait panel is there; every query is PromQL that promtool accepts (as a recording rule)."""
+    dashboard = json.loads((CHART / "dashboards" / "gitea-runner-scaler.json").read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    assert variables["namespace"]["includeAll"] and "namespace" in variables["namespace"]["definition"]
+    targets = [t for p in dashboard["panels"] for t in p["targets"]]
+    assert all(p["datasource"]["uid"] == "${datasource}" for p in dashboard["panels"])
+    assert all(t["datasource"]["uid"] == "${datasource}" for t in targets)
+    for target in targets:
+        selectors = re.findall(r"\b(?:grs_[a-z_]+|up)\{([^}]*)\}", target["expr"])
+        assert selectors and all('namespace=~"$namespace"' in s for s in selectors), target["expr"]
+    assert any("grs_job_queue_wait_seconds_bucket" in t["expr"] for t in targets)
+    rules = [{"record": f"panel:{i}", "expr": t["expr"].replace("$namespace", ".*")} for i, t in enumerate(targets)]
+    (tmp_path / "panels.yaml").write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": rules}]}))
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: tests/setup.sh installs Debian's prometheus package"
+    done = subprocess.run([promtool, "check", "rules", "panels.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_full_values_are_cluster_wide_without_cluster_wide_secrets() -> None:
@@ -573,13 +622,16 @@ def test_secrets_hook_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) 
 def test_image_install_step_gives_working_entry_points(tmp_path: Path) -> None:
     venv = tmp_path / "image"
     done = subprocess.run(
-        ["sh", str(ROOT / "deploy" / "image-install.sh"), str(venv), str(ROOT)],
+        ["sh", str(ROOT / "deploy" / "image-install.sh"), str(venv), str(ROOT), "0123456789ab"],
         capture_output=True,
         text=True,
         check=False,
     )
     assert done.returncode == 0, done.stderr
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    # The revision the image was built from (the Dockerfile's REVISION argument), as `--version` says it.
+    stamped = subprocess.run([str(venv / "bin" / "reconciler"), "--version"], env=env, capture_output=True, text=True)
+    assert stamped.stdout == f"reconciler {PROJECT_VERSION} (git 0123456789ab)\n", stamped.stderr
     refused = subprocess.run(
         [str(venv / "bin" / "webhook-scaler")], env=env, capture_output=True, text=True, check=False, timeout=60
     )
@@ -602,6 +654,13 @@ def test_image_install_step_gives_working_entry_points(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0  # SIGTERM: a graceful stop
+
+
+def _fires(at: str, alert: str, summary: str, *, severity: str = "", **labels: str) -> dict[str, Any]:
+    """A promtool case: `alert` fires at `at` with `labels` (and its severity: critical for the down alerts)."""
+    severity = severity or ("critical" if alert.endswith("Down") else "warning")
+    expected = {"exp_labels": {"severity": severity, **labels}, "exp_annotations": {"summary": summary}}
+    return {"eval_time": at, "alertname": alert, "exp_alerts": [expected]}
 
 
 def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
@@ -637,6 +696,15 @@ def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
                     # a group that lost a runner during a job at minute 10, and one that never did
                     {"series": 'grs_runners_lost_total{group="ci/oom"}', "values": "0x10 1x30"},
                     {"series": 'grs_runners_lost_total{group="ci/fine"}', "values": "0x40"},
+                    # the reconciler's one target goes down at minute 11; the receivers were never scraped
+                    {"series": f'up{{job="{FULL}-reconciler-metrics",namespace="ci"}}', "values": "1x10 0x30"},
+                    # Gitea unreachable from the start: no request ever succeeded, so no `ok` series
+                    {"series": 'grs_gitea_requests_total{endpoint="jobs",outcome="error"}', "values": "0+3x40"},
+                    {"series": 'grs_webhook_signature_failures_total{pod="w-1"}', "values": "0+10x40"},
+                    {
+                        "series": 'grs_webhook_deliveries_total{event="workflow_job",outcome="redis_unavailable"}',
+                        "values": "0x10 0+5x30",
+                    },
                 ],
                 "alert_rule_test": [
                     {
@@ -674,10 +742,39 @@ def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
                             },
                         ],
                     },
+                    {"eval_time": "10m", "alertname": "GiteaRunnerScalerReconcilerDown", "exp_alerts": []},
+                    _fires(
+                        "20m",
+                        "GiteaRunnerScalerReconcilerDown",
+                        f"No reconciler of ci/{FULL} is up: queued jobs get no runner",
+                        namespace="ci",
+                    ),
+                    _fires(
+                        "6m",
+                        "GiteaRunnerScalerWebhookReceiverDown",
+                        f"No webhook receiver of ci/{FULL} is up: jobs wait for the reconciler's poll",
+                        namespace="ci",
+                    ),
+                    _fires("20m", "GiteaRunnerScalerGiteaUnreachable", "The reconciler cannot poll the Gitea API"),
+                    _fires(
+                        "20m",
+                        "GiteaRunnerScalerWebhookSignatureFailures",
+                        "Webhook deliveries are refused for their signature (wrong secret in Gitea?)",
+                    ),
+                    {"eval_time": "10m", "alertname": "GiteaRunnerScalerRedisDown", "exp_alerts": []},
+                    _fires(
+                        "20m",
+                        "GiteaRunnerScalerRedisDown",
+                        "The webhook receiver cannot write to Redis and answers 503",
+                        severity="critical",
+                    ),
                 ],
             }
         ],
     }
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    tested = {c["alertname"] for c in cases["tests"][0]["alert_rule_test"] if c["exp_alerts"]}  # type: ignore[index]
+    assert tested == alerts, f"alerts with no case that fires them: {alerts - tested}"
     (tmp_path / "cases.yaml").write_text(yaml.safe_dump(cases))
     promtool = shutil.which("promtool")
     assert promtool, "promtool is missing: tests/setup.sh installs Debian's prometheus package"
