@@ -34,6 +34,7 @@ from reconciler.settings import Settings
 from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.status import desired_status
+from reconciler.waiting import waiting
 from webhook_scaler.coordination import Activity, Coordination
 from webhook_scaler.jobs import QueuedJob
 
@@ -150,8 +151,8 @@ class GroupPass:
         label = f"{group.namespace}/{group.name}"
         created, refusal = await self._creates(group, spec, creates, ready, label, state=state)
         await self._tend(group, decided, runners, state, label)
-        self._gauges(label, spec, decided, runners, created)
-        await self._write_status(group, spec, decided, state)
+        waits = self._gauges(group, spec, decided, runners, (created, len(ready.in_flight), refusal is not None))
+        await self._write_status(group, spec, decided, state, waits)
         if refusal is not None:
             raise refusal  # the scheduler's backoff tries again
         if not await self.deletions.hold_or_finish(group, spec, jobs):
@@ -188,20 +189,33 @@ class GroupPass:
             draining=draining,
         )
 
-    def _gauges(self, label: str, spec: RunnerGroupSpec, decided: Plan, runners: list[Runner], created: int) -> None:
-        self.metrics.queued_jobs.labels(group=label).set(decided.counts.queued)
-        self.metrics.active_runners.labels(group=label).set(decided.counts.active - len(decided.create) + created)
-        self.metrics.desired_runners.labels(group=label).set(decided.counts.active)
-        self.metrics.max_runners.labels(group=label).set(spec.max_active_runners)
-        for phase in Phase:
-            self.metrics.runners.labels(group=label, state=phase.value).set(sum(r.phase is phase for r in runners))
+    def _gauges(
+        self,
+        group: GroupObject,
+        spec: RunnerGroupSpec,
+        decided: Plan,
+        runners: list[Runner],
+        made: tuple[int, int, bool],
+    ) -> dict[str, int]:
+        """Set the group's gauges after a pass that made `made` = (runners created here, runners in flight
+        from elsewhere, whether creates were refused); return its queued jobs by why they wait (see
+        `waiting`), which its status reports too."""
+        created, in_flight, refused = made
+        waits = waiting(spec, decided, runners, created=created, in_flight=in_flight, refused=refused,
+                        draining=group.deleting)  # fmt: skip
+        label = f"{group.namespace}/{group.name}"
+        self.metrics.after_pass(label, spec.max_active_runners, decided, runners, created=created, waits=waits)
+        return waits
 
-    async def _write_status(self, group: GroupObject, spec: RunnerGroupSpec, decided: Plan, state: GroupState) -> None:
+    async def _write_status(
+        self, group: GroupObject, spec: RunnerGroupSpec, decided: Plan, state: GroupState, waits: dict[str, int]
+    ) -> None:
         status = desired_status(
             generation=group.generation,
             previous=group.status,
             spec=spec,
             counts=decided.counts,
+            waiting=waits,
             now=datetime.fromtimestamp(self.clock(), UTC),
             invalid="",
             gitea=state.gitea,

@@ -18,6 +18,7 @@ from reconciler.spec import (
     REPO_MESSAGE,
     RunnerGroupSpec,
 )
+from reconciler.waiting import REASONS
 
 GROUP = "gitea.bpg.pw"
 VERSION = "v1alpha1"
@@ -69,6 +70,11 @@ _STATUS = {
         "activeRunners": {"type": "integer", "description": "Runner Jobs not finished (pending, idle or busy)."},
         "idleRunners": {"type": "integer", "description": "Runners up and not busy with a job."},
         "queuedJobs": {"type": "integer", "description": "Queued Gitea jobs this group serves."},
+        "waitingJobs": {
+            "type": "object",
+            "description": "Its queued jobs by why they wait for a runner (see the troubleshooting guide).",
+            "properties": {reason: {"type": "integer"} for reason in REASONS},
+        },
         "lastCheckTime": {"type": "string", "format": "date-time", "description": "Last poll of Gitea."},
         "observedGeneration": {"type": "integer", "format": "int64"},
         "seatEpoch": {

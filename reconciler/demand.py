@@ -48,6 +48,7 @@ class Demand:
         self._known: dict[bytes, tuple[list[bytes | None], QueuedJob]] = {}  # by id: its last row, parsed
         self._index: GroupIndex | None = None
         self._group: dict[bytes, Key | None] = {}  # by id: its group under `_index`
+        self.unmatched = 0  # the last round's queued jobs no group matches (their labels or scope)
 
     async def read(self, index: GroupIndex) -> dict[Key, GroupDemand]:
         """Every group's queued jobs now (see `GroupDemand`); a group with none has no entry."""
@@ -58,9 +59,11 @@ class Demand:
         sizes = {(g.namespace, g.name): window(g.spec) for g in index.groups}
         picked: dict[Key, list[bytes]] = {}
         totals: dict[Key, int] = {}
+        self.unmatched = 0
         for job_id in ids:
             key = self._group_of(job_id, index)
             if key is None:
+                self.unmatched += job_id in self._known
                 continue
             totals[key] = totals.get(key, 0) + 1
             oldest = picked.setdefault(key, [])

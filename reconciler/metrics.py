@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from reconciler.phases import Phase, Runner
+from reconciler.plan import Plan
 
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _WAIT = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
@@ -44,6 +48,9 @@ _HELP = {
     "grs_runners": "Runner Jobs by state (pending, idle, busy, finishing, succeeded, failed).",
     "grs_desired_runners": "Runners the group wants after this pass (queued jobs + minIdleRunners, within the cap).",
     "grs_max_runners": "The group's maxActiveRunners.",
+    "grs_waiting_jobs": (
+        'Queued jobs no runner took yet, by why they wait (reconciler/waiting.py); group="": no group matches them.'
+    ),
     "grs_registration_failures": "Runner Pods that failed before their runner started (their prepare step).",
     "grs_runners_lost": (
         "Runners that died during a job (evicted despite their budget, OOM-killed, their node lost): Gitea fails "
@@ -76,6 +83,7 @@ class Metrics:
     runners: Gauge
     desired_runners: Gauge
     max_runners: Gauge
+    waiting_jobs: Gauge
     registration_failures: Counter
     runners_lost: Counter
 
@@ -98,10 +106,26 @@ class Metrics:
             self.runners,
             self.desired_runners,
             self.max_runners,
+            self.waiting_jobs,
             self.registration_failures,
             self.runners_lost,
         ):
             metric.remove_by_labels({"group": group})
+
+    def after_pass(
+        self, group: str, cap: int, decided: Plan, runners: Sequence[Runner], *, created: int, waits: Mapping[str, int]
+    ) -> None:
+        """A group's gauges after its pass: `created` of the plan's creates were made; `waits`: its queued
+        jobs by why they wait."""
+        counts = decided.counts
+        self.queued_jobs.labels(group=group).set(counts.queued)
+        self.active_runners.labels(group=group).set(counts.active - len(decided.create) + created)
+        self.desired_runners.labels(group=group).set(counts.active)
+        self.max_runners.labels(group=group).set(cap)
+        for phase in Phase:
+            self.runners.labels(group=group, state=phase.value).set(sum(r.phase is phase for r in runners))
+        for reason, count in waits.items():
+            self.waiting_jobs.labels(group=group, reason=reason).set(count)
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> Metrics:
@@ -127,6 +151,7 @@ class Metrics:
             runners=_gauge(registry, "grs_runners", "group", "state"),
             desired_runners=_gauge(registry, "grs_desired_runners", "group"),
             max_runners=_gauge(registry, "grs_max_runners", "group"),
+            waiting_jobs=_gauge(registry, "grs_waiting_jobs", "group", "reason"),
             registration_failures=_counter(registry, "grs_registration_failures", "group"),
             runners_lost=_counter(registry, "grs_runners_lost", "group"),
         )

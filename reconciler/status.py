@@ -122,6 +122,7 @@ def desired_status(
     spec: RunnerGroupSpec | None,
     counts: Counts | None,
     now: datetime,
+    waiting: Mapping[str, int] = MappingProxyType({}),
     invalid: str,
     gitea: Condition | None,
     last_poll: str | None,
@@ -142,6 +143,7 @@ def desired_status(
         "activeRunners": counts.active if counts else 0,
         "idleRunners": counts.idle if counts else 0,
         "queuedJobs": counts.queued if counts else 0,
+        "waitingJobs": dict(waiting),
         "observedGeneration": generation,
         "conditions": _conditions(previous, [ready, reach, health, listed, admitted], now=stamp, generation=generation),
     }

@@ -52,7 +52,9 @@ async def test_a_job_queued_behind_ten_thousand_that_no_group_runs_now_is_seen_a
     await queue(store, range(10_001, 10_101), repo="acme/a", at_once=500)  # ids of 5 digits
     await queue(store, range(20_000, 20_001), repo="acme/b")
     index = index_groups([group("a", maxActiveRunners=1), group("b")])
-    demand = await Demand(store).read(index)
+    reader = Demand(store)
+    demand = await reader.read(index)
+    assert reader.unmatched == 10_000  # the jobs whose labels no group serves
     assert ids(demand[("ci", "b")]) == [20_000]
     assert demand[("ci", "b")].total == 1
     assert ids(demand[("ci", "a")]) == list(range(10_001, 10_001 + window(index.groups[0].spec)))

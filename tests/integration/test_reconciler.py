@@ -308,6 +308,15 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
         await passes(controller)
         assert len(runner_jobs(kube, ns)) == 3
         await eventually(lambda: events(kube, ns, "RunnerCreated"))  # sent once no create is in flight
+        # Why the 12 queued jobs wait: 3 for the runners starting, 9 for the cap; the gpu job and the one
+        # outside the org for a group that matches them.
+        waits = {"runnerStarting": 3, "maxActiveRunners": 9}
+        await eventually(
+            lambda: {k: n for k, n in group_status(kube, ns, "builders")["waitingJobs"].items() if n} == waits
+        )
+        gauge = controller.metrics.waiting_jobs
+        assert {r: gauge.labels(group=f"{ns}/builders", reason=r)._value.get() for r in waits} == waits
+        assert gauge.labels(group="", reason="noMatchingGroup")._value.get() == 2
 
 
 def _cache_secret(kube: KubeCluster, ns: str) -> str | None:
