@@ -129,6 +129,7 @@ class Kube:
         self.batch = client.BatchV1Api(api)
         self.core = client.CoreV1Api(api)
         self.policy = client.PolicyV1Api(api)
+        self.extensions = client.ApiextensionsV1Api(api)  # the CRD hook's (see `crd_apply`)
 
     async def create_job(self, body: Mapping[str, Any]) -> str | None:
         """Create a Job: its uid, or None if one of that name exists already (409 is success)."""

@@ -7,6 +7,7 @@ least privilege is enough, and what lies outside it is really forbidden.
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import logging
 import re
@@ -23,7 +24,7 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
-from reconciler import secrets
+from reconciler import crd_apply, secrets
 from reconciler.crd import crd
 from tests.e2e.node_stack import wait_for
 from tests.groups import spec_dict
@@ -142,9 +143,12 @@ def test_defaults_are_hardened_and_keep_secrets_in_refs() -> None:
     # No RunnerGroup may use the install's own Secrets (the reconciler refuses to read them for one).
     reconciler = next(w for w in workloads if w["metadata"]["name"] == RECONCILER)
     assert _env(reconciler)["GRS_PROTECTED_SECRETS"] == f"ci/{FULL}-webhook,ci/{FULL}-redis"
-    kinds = {d["kind"] for d in docs}
+    kinds = {d["kind"] for d in docs if not _hook(d)}
     assert {"PodDisruptionBudget", "Role", "RoleBinding", "CustomResourceDefinition"} <= kinds
     assert "ClusterRole" not in kinds and "Ingress" not in kinds
+    # Cluster-wide, only the CRD hook's account, for the one CRD, while the hook runs.
+    (hook_role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert _hook(hook_role) and [r["resourceNames"] for r in hook_role["rules"]] == [["runnergroups.gitea.bpg.pw"]]
     # NetworkPolicy on by default: only the chart's own Pods reach Redis, so runner Pods do not.
     redis = next(d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == f"{FULL}-redis")
     (allowed,) = redis["spec"]["ingress"]
@@ -175,7 +179,7 @@ def test_a_render_is_the_same_every_time_and_carries_no_secret_value() -> None:
     first, second = render("ci"), render("ci")
     assert first == second
     assert not [d for d in first if d["kind"] == "Secret"]
-    job = next(d for d in first if d["kind"] == "Job")
+    job = next(d for d in first if d["kind"] == "Job" and d["metadata"]["name"].endswith("-secrets"))
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
     assert job["spec"]["template"]["spec"]["containers"][0]["command"][-2:] == [
         "grs-gitea-runner-scaler-webhook:webhook-secret",
@@ -183,7 +187,8 @@ def test_a_render_is_the_same_every_time_and_carries_no_secret_value() -> None:
     ]
     # With both Secrets your own, no hook at all.
     own = render("ci", CHART / "ci" / "external-redis-values.yaml")
-    assert not [d for d in own if (d["metadata"].get("annotations") or {}).get("helm.sh/hook")]
+    assert not [d for d in own if _hook(d) and d["metadata"]["name"].endswith("-secrets")]
+    assert not [d for d in render("ci", sets=("crds.upgrade=false",)) if _hook(d) and "crds" in d["metadata"]["name"]]
 
 
 def _hook(doc: dict[str, Any]) -> bool:
@@ -255,7 +260,7 @@ def test_the_shared_cache_server_is_hardened_and_its_secret_reaches_the_runner_n
         role = next(d for d in docs if d["kind"] == "Role" and d["metadata"]["namespace"] == ns and not _hook(d))
         granted = [(r["verbs"], r.get("resourceNames")) for r in role["rules"]]
         assert granted == [(["get"], None), (["create"], None), (["patch"], [f"{FULL}-runner-cache"])], granted
-    job = next(d for d in docs if d["kind"] == "Job")
+    job = by_name["Job", f"{FULL}-secrets"]
     assert job["spec"]["template"]["spec"]["containers"][0]["command"][-1] == f"{FULL}-cache:cache-secret"
     assert by_name["NetworkPolicy", f"{FULL}-cache"]["spec"]["ingress"][0]["from"][0]["podSelector"] == {
         "matchLabels": {"gitea.bpg.pw/managed-by": "gitea-runner-scaler"}
@@ -279,6 +284,13 @@ def test_images_come_from_their_registries_or_all_from_the_one_registry_given() 
                 for ref in _images(render("ci", full))}  # fmt: skip
     assert "mirror.local:5000/gitea/act_runner:0.2.13" in mirrored
     assert _images(render("ci", full, sets=("global.imageRegistry=mirror.local:5000",))) == mirrored
+    # A repository naming its registry host, as values before `image.registry` did, keeps it; a mirror
+    # still replaces it.
+    hosted = ("image.repository=registry.example.com:5000/team/grs",)
+    assert f"registry.example.com:5000/team/grs:{version}" in _images(render("ci", sets=hosted))
+    assert f"mirror.local/team/grs:{version}" in _images(
+        render("ci", sets=(*hosted, "global.imageRegistry=mirror.local"))
+    )
     # An empty registry: the repository is the whole reference.
     assert f"example.org/grs:{version}" in _images(
         render("ci", sets=("image.registry=", "image.repository=example.org/grs"))
@@ -357,7 +369,7 @@ def test_the_dashboard_asks_for_its_data_source_and_namespace_and_its_queries_pa
 
 def test_full_values_are_cluster_wide_without_cluster_wide_secrets() -> None:
     docs = render("ci", CHART / "ci" / "full-values.yaml")
-    cluster_roles = [d for d in docs if d["kind"] == "ClusterRole"]
+    cluster_roles = [d for d in docs if d["kind"] == "ClusterRole" and not _hook(d)]
     assert len(cluster_roles) == 1
     assert not any("secrets" in r["resources"] for r in cluster_roles[0]["rules"])
     secret_roles = [
@@ -567,7 +579,7 @@ async def test_the_install_hook_creates_the_secrets_once_under_its_own_rbac(
     caplog.set_level(logging.INFO)  # what the hook logs, as it logs in its Pod
     ns = f"hook-{uuid.uuid4().hex[:6]}"
     assert api_request(kube, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}})[0] == 201
-    docs = [d for d in render(ns) if _hook(d)]
+    docs = [d for d in render(ns) if _hook(d) and d["metadata"]["name"].endswith("-secrets")]
     for doc in docs:
         if doc["kind"] != "Job":
             apply(kube, doc, ns)
@@ -611,6 +623,66 @@ async def test_the_install_hook_creates_the_secrets_once_under_its_own_rbac(
     assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", other)[0] == 201
     assert api_request(kube, "GET", f"/api/v1/namespaces/{ns}/secrets/unrelated", token=token)[0] == 403
     assert api_request(kube, "GET", f"/api/v1/namespaces/{ns}/secrets", token=token)[0] == 403
+
+
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/runnergroups.gitea.bpg.pw"
+
+
+def _put_crd(kube: KubeCluster, body: dict[str, Any], *, version: str, waiting: bool) -> None:
+    """Replace the cluster's CRD with `body` as `version` applied it, serving status.waitingJobs or not."""
+    body = copy.deepcopy(body)
+    body["metadata"]["annotations"] = {crd_apply.VERSION_ANNOTATION: version}
+    body["metadata"]["resourceVersion"] = api_request(kube, "GET", CRD_PATH)[1]["metadata"]["resourceVersion"]
+    if not waiting:
+        del body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
+            "waitingJobs"
+        ]
+    status, answer = api_request(kube, "PUT", CRD_PATH, body)
+    assert status == 200, answer
+
+
+def _serves_waiting(kube: KubeCluster) -> tuple[bool, str]:
+    served = api_request(kube, "GET", CRD_PATH)[1]
+    status = served["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    return "waitingJobs" in status, served["metadata"]["annotations"][crd_apply.VERSION_ANNOTATION]
+
+
+async def test_the_crd_hook_brings_an_older_crd_up_to_date_and_leaves_a_newer_one(
+    kube: KubeCluster, tmp_path: Path
+) -> None:
+    """What `helm upgrade` alone never does: the hook applies this version's CRD over an older one (its
+    new status field served), under the hook's own account, which can touch no other CRD; a CRD a newer
+    version applied (another install in the cluster) is left alone."""
+    ns = f"crds-{uuid.uuid4().hex[:6]}"
+    assert api_request(kube, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}})[0] == 201
+    docs = [d for d in render(ns) if _hook(d) and d["metadata"]["name"].endswith("-crds")]
+    assert {d["kind"] for d in docs} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Job"}
+    for doc in docs:
+        if doc["kind"] != "Job":
+            apply(kube, doc, ns)
+    (job,) = [d for d in docs if d["kind"] == "Job"]
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["python", "-m", "reconciler.crd_apply"]
+    token = sa_token(kube, ns, "grs-gitea-runner-scaler-crds")
+    kubeconfig = str(kube.write_kubeconfig_for(tmp_path / "hook-kubeconfig", token=token))
+    try:
+        _put_crd(kube, crd(), version="0.0.9", waiting=False)
+        assert _serves_waiting(kube) == (False, "0.0.9")
+        assert (await crd_apply.run(kubeconfig=kubeconfig, ours="0.1.0")).startswith("applied")
+        assert _serves_waiting(kube) == (True, "0.1.0")
+        _put_crd(kube, crd(), version="0.2.0", waiting=False)
+        assert (await crd_apply.run(kubeconfig=kubeconfig, ours="0.1.0")).startswith("left as version 0.2.0")
+        assert _serves_waiting(kube) == (False, "0.2.0")
+    finally:
+        _put_crd(kube, crd(), version=PROJECT_VERSION, waiting=True)
+    other = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/other.example.com"
+    assert api_request(kube, "GET", other, token=token)[0] == 403
+    assert api_request(kube, "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", token=token)[0] == 403
+
+
+def test_crd_versions_compare_by_their_release_numbers() -> None:
+    assert crd_apply.release("0.10.2-rc1") == (0, 10, 2) and crd_apply.release("v1.2") == (1, 2)
+    assert crd_apply.release("0.10.0") > crd_apply.release("0.9.9")  # type: ignore[operator]
+    assert crd_apply.release("") is None and crd_apply.release("unknown") is None
 
 
 def test_secrets_hook_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:

@@ -26,10 +26,20 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
-{{/* An image's reference: (global.imageRegistry or its registry)/repository:tag (tag: the default given). */}}
+{{/* An image's reference: (global.imageRegistry or its registry)/repository:tag (tag: the default given).
+A repository that starts with a registry host (a dot, a port or localhost in its first part, as values
+before image.registry named it) brings its own registry, which global.imageRegistry still replaces. */}}
 {{- define "grs.imageRef" -}}
-{{- $registry := .root.Values.global.imageRegistry | default .image.registry -}}
-{{ if $registry }}{{ $registry }}/{{ end }}{{ .image.repository }}:{{ .image.tag | default .tag }}
+{{- $parts := splitList "/" .image.repository -}}
+{{- $first := first $parts -}}
+{{- $registry := .image.registry -}}
+{{- $repository := .image.repository -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- $registry = $first -}}
+{{- $repository = join "/" (rest $parts) -}}
+{{- end -}}
+{{- $registry = .root.Values.global.imageRegistry | default $registry -}}
+{{ if $registry }}{{ $registry }}/{{ end }}{{ $repository }}:{{ .image.tag | default .tag }}
 {{- end -}}
 
 {{- define "grs.image" -}}
