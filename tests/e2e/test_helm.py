@@ -26,7 +26,6 @@ import os
 import subprocess
 import threading
 import time
-import tomllib
 import urllib.error
 import urllib.request
 import uuid
@@ -40,20 +39,17 @@ import yaml
 
 from reconciler.manifests import GROUP_LABEL
 from tests.e2e import actions
+from tests.e2e.helm_release import ROOT, chart_stack, helm_home, published
 from tests.e2e.node_stack import NodeStack, start_gitea, wait_for, workflow
 from tests.kube_cluster import api_request, api_text, peer
 from tests.node.cluster import NODE_IP, NodeCluster, image, running_node
-from tests.node.configs import NODE_REGISTRY_PORT
 from tests.node.registry import Registry
 
 pytestmark = pytest.mark.kube
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "deploy" / "helm" / "gitea-runner-scaler"
 EXAMPLES = ROOT / "deploy" / "examples"
 RELEASE = "grs"
 NS = "ci"
 FULL = f"{RELEASE}-gitea-runner-scaler"
-VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 COMPONENTS = ["reconciler", "redis", "webhook", "webhook"]
 
 
@@ -81,7 +77,7 @@ class Release:
         env = {
             **os.environ,
             "KUBECONFIG": str(self.node.kubeconfig),
-            **{f"HELM_{k}_HOME": str(self.home / k.lower()) for k in ("CACHE", "CONFIG", "DATA")},
+            **helm_home(self.home),
         }
         done = subprocess.run([str(peer("helm")), *args], env=env, capture_output=True, text=True, check=False)
         if check:
@@ -163,31 +159,6 @@ def _components(pods: list[dict[str, Any]]) -> list[str]:
     return sorted(p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods)
 
 
-def _published(node: NodeCluster, work: Path, helm_env: dict[str, str]) -> tuple[Registry, list[str]]:
-    """The release in a registry on the node: the image and Redis's under the chart's default names, and
-    the chart pushed by deploy/release.sh. Returns the registry (running) and the chart's reference."""
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    registry = Registry(work / "release-registry", host=NODE_IP, port=NODE_REGISTRY_PORT)
-    registry.start()
-    try:
-        registry.push(image("scaler")[1], values["image"]["repository"], VERSION)
-        registry.push(image("redis")[1], values["redis"]["image"]["repository"], values["redis"]["image"]["tag"])
-        env = {**os.environ, **helm_env, "HELM": str(peer("helm")), "DIST": str(work / "dist")}
-        args = ["bash", str(ROOT / "deploy" / "release.sh"), "chart", registry.address, "--plain-http"]
-        pushed = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
-        assert pushed.returncode == 0, pushed.stderr
-    except BaseException:
-        registry.stop()
-        raise
-    owner = values["image"]["repository"].split("/")[0]
-    return registry, [
-        f"oci://{registry.address}/{owner}/charts/gitea-runner-scaler",
-        "--version",
-        VERSION,
-        "--plain-http",
-    ]
-
-
 @pytest.fixture(scope="module")
 def release(node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
     """Gitea outside the cluster, storage for Redis's claim, and `helm install` with the image overrides."""
@@ -219,23 +190,11 @@ def release(node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
     }
     assert api_request(node, "POST", "/api/v1/persistentvolumes", volume)[0] == 201
     home = work / "helm-home"
-    registry, chart = _published(
-        node, work, {f"HELM_{k}_HOME": str(home / k.lower()) for k in ("CACHE", "CONFIG", "DATA")}
-    )
+    registry, chart = published(work, helm_home(home))
     sets = [f"global.imageRegistry={registry.address}", "webhook.service.type=NodePort"]
     gitea, token = start_gitea(work)
     try:
-        stack = NodeStack(
-            node=node,
-            redis=None,
-            gitea=gitea,
-            receiver=None,
-            reconciler=None,
-            receiver_url="",  # known once the Service has its node port
-            metrics_url="",
-            registration_token=token,
-            runner_image=image("runner")[0],
-        )
+        stack = chart_stack(node, gitea, token)  # the receivers' URL is known once the Service has its node port
         rel = Release(node=node, home=home, stack=stack, sets=sets, chart=chart)
         rel.install()
         stack.webhook_secret = rel.secret(f"{FULL}-webhook", "webhook-secret")

@@ -4,7 +4,8 @@
 # their inputs.
 #
 #   tests/images/build.sh [IMAGE...]      IMAGE: pause runner scaler redis docker upstream0 upstream1
-#                                         rootless;
+#                                         rootless previous (the scaler image of the release in
+#                                         tests/images/previous-release, from git: the upgrade test's);
 #                                         default: all of them
 #   tests/images/build.sh --print IMAGE   the path of the image's cached oci-archive tar (built or not)
 #   tests/images/build.sh --ref IMAGE     the reference (name:tag) the Pod specs must use
@@ -27,11 +28,13 @@ ACT_RUNNER_VERSION=${ACT_RUNNER_VERSION:-v1.0.8}
 DEBIAN_RELEASE=bookworm
 # The upstream series of bookworm's redis-server, the redis image's tag: the build checks it.
 REDIS_VERSION=7.0
-IMAGES=(pause runner scaler redis docker upstream0 upstream1 rootless)
+IMAGES=(pause runner scaler redis docker upstream0 upstream1 rootless previous)
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 SHARED_PEERS=${GRS_SHARED_PEERS:-$ROOT/../shared/peers}
+# The commit of the release before this one: the upgrade test installs its chart and image first.
+PREVIOUS_RELEASE=$(cat "$HERE/previous-release")
 CACHE=${GRS_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gitea-runner-scaler/images}
 PODMAN_DIR=$CACHE/podman
 mkdir -p "$CACHE/base" "$CACHE/tmp"
@@ -170,6 +173,8 @@ key_of() {
       local files
       mapfile -t files < <(scaler_inputs)
       { base_key PYTHON_BASE; cd "$ROOT" && sha256sum -- "${files[@]}"; } | digest ;;
+    previous)
+      { base_key PYTHON_BASE; echo "$PREVIOUS_RELEASE"; } | digest ;;
     redis)
       { printf '%s\n' "$REDIS_VERSION" "$(base_key REDIS_BASE)"; cat "$HERE/redis/Containerfile"; } | digest ;;
     docker)
@@ -195,6 +200,7 @@ ref_of() {
     pause) echo localhost/grs/pause:3.10 ;;
     runner) echo "localhost/grs/act-runner:$ACT_RUNNER_VERSION" ;;
     scaler) local key; key=$(key_of scaler); echo "localhost/grs/gitea-runner-scaler:$key" ;;
+    previous) echo "localhost/grs/gitea-runner-scaler:previous-${PREVIOUS_RELEASE:0:12}" ;;
     redis) echo "localhost/grs/redis:$REDIS_VERSION-$DEBIAN_RELEASE" ;;
     docker) local key; key=$(key_of docker); echo "localhost/grs/docker:$key" ;;
     upstream0|upstream1) echo "localhost/grs/act-runner-upstream:$(upstream_version "$1")" ;;
@@ -348,6 +354,19 @@ build_scaler() {
   (cd "$ROOT" && cp --parents -- "${files[@]}" "$ctx/")
   # pip reaches PyPI through this machine's CA bundle, mounted for the build only: never in a layer.
   if [ -f "$ca" ]; then mounts=(-v "$ca:$ca:ro"); else say "no $ca: pip uses the image's CAs"; fi
+  build -t "$2" "${mounts[@]}" "$ctx"
+}
+
+# The scaler image as the previous release built it: its files from git, the same base and build.
+build_previous() {
+  local ctx=$1 base ca=/etc/ssl/certs/ca-certificates.crt mounts=()
+  git -C "$ROOT" cat-file -e "$PREVIOUS_RELEASE^{commit}" 2>/dev/null ||
+    die "commit $PREVIOUS_RELEASE (tests/images/previous-release) is not in this clone: fetch its history"
+  base=$(ensure_base python PYTHON_BASE)
+  podman tag "$base" docker.io/library/python:3.11-slim
+  git -C "$ROOT" archive "$PREVIOUS_RELEASE" -- Dockerfile pyproject.toml README.md deploy/image-install.sh \
+    webhook_scaler reconciler | tar -x -C "$ctx"
+  if [ -f "$ca" ]; then mounts=(-v "$ca:$ca:ro"); fi
   build -t "$2" "${mounts[@]}" "$ctx"
 }
 
