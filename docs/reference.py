@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:  # run as a script: the packages sit next to docs/
 
 from reconciler import settings as reconciler_settings  # noqa: E402
 from webhook_scaler import settings as receiver_settings  # noqa: E402
-from webhook_scaler.config import _default, variables  # noqa: E402 (one rendering of defaults: --help's)
+from webhook_scaler.config import shown_default, variables  # noqa: E402 (one rendering of defaults: --help's)
 
 CHART = ROOT / "deploy" / "helm" / "gitea-runner-scaler"
 CRD = ROOT / "deploy" / "crds" / "gitea.bpg.pw_runnergroups.yaml"
@@ -59,7 +59,7 @@ def _settings_rows(model: type[BaseModel], *, skip: Mapping[str, object]) -> Ite
         text = info.description or ""
         if get_origin(info.annotation) is Literal:
             text += " One of: " + ", ".join(f"`{choice}`" for choice in get_args(info.annotation)) + "."
-        yield " / ".join(f"`{n}`" for n in names), f"`{_default(info)}`", text
+        yield " / ".join(f"`{n}`" for n in names), f"`{shown_default(info)}`", text
 
 
 def settings_table(model: type[BaseModel], *, skip: Mapping[str, object] | None = None) -> str:

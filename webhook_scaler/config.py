@@ -115,7 +115,7 @@ def unknown(model: type[BaseModel], environ: Mapping[str, str] | None = None) ->
     return out
 
 
-def _default(info: FieldInfo) -> str:
+def shown_default(info: FieldInfo) -> str:
     """A field's default as one would write it in the environment."""
     if info.default_factory is not None:
         return f"{getattr(info.default_factory, '__name__', 'computed')}()"
@@ -135,7 +135,7 @@ def usage(model: type[BaseModel], *, description: str, width: int = 80) -> str:
     """The text after `--help`'s usage line: what the program does, then every variable it reads."""
     lines = [*textwrap.wrap(description, width), "", "Settings come only from these environment variables:"]
     for _, names, info in variables(model):
-        lines.append(f"  {', '.join(names)}  (default: {_default(info)})")
+        lines.append(f"  {', '.join(names)}  (default: {shown_default(info)})")
         text = info.description or ""
         if get_origin(info.annotation) is Literal:
             text += " One of: " + ", ".join(str(choice) for choice in get_args(info.annotation)) + "."
