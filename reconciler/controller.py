@@ -38,7 +38,6 @@ from reconciler.settings import Settings
 from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.tasks import run_together
-from reconciler.waiting import NO_GROUP
 from webhook_scaler.coordination import Coordination
 from webhook_scaler.jobs import QueuedJob
 from webhook_scaler.queue import JobStore
@@ -241,7 +240,7 @@ class Controller:
         self.index()
         valid = [(g.namespace, g.name, spec) for g, spec, _ in views if spec is not None]
         demand = await self.demand.read(self.groups_index.of(valid))
-        self.metrics.waiting_jobs.labels(group="", reason=NO_GROUP).set(self.demand.unmatched)
+        self.metrics.queue_wide(unmatched=self.demand.unmatched, held=self.demand.held)
         for group, spec, problem in views:
             self.scheduler.start(group, spec, problem, demand.get((group.namespace, group.name), NONE))
         await self._observe()

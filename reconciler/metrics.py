@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from reconciler.phases import Phase, Runner
 from reconciler.plan import Plan
+from reconciler.waiting import HELD_IN_GITEA, NO_GROUP
 
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _WAIT = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
@@ -126,6 +127,11 @@ class Metrics:
             self.runners.labels(group=group, state=phase.value).set(sum(r.phase is phase for r in runners))
         for reason, count in waits.items():
             self.waiting_jobs.labels(group=group, reason=reason).set(count)
+
+    def queue_wide(self, *, unmatched: int, held: int) -> None:
+        """The waiting jobs no group has: those no group matches, and those Gitea holds `waiting`."""
+        self.waiting_jobs.labels(group="", reason=NO_GROUP).set(unmatched)
+        self.waiting_jobs.labels(group="", reason=HELD_IN_GITEA).set(held)
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> Metrics:

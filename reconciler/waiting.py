@@ -6,8 +6,10 @@ job; created this pass, or by another replica a moment ago). Any others wait for
 that holds: the group is being deleted, is suspended, had its last runner refused (by the API server
 or by Gitea's registration: the `RunnersAdmitted` condition says why), is backing off after failed
 runners (`RunnersHealthy`), or runs `maxActiveRunners` runners; else a finished runner may have run
-one of them unheard, which the next poll of Gitea tells (`unconfirmed`). Jobs that no group's scope
-and labels match are counted where the queue is read (`NO_GROUP`). Must not do I/O.
+one of them unheard, which the next poll of Gitea tells (`unconfirmed`). Where the queue is read, two
+more are counted that no group has: queued jobs that no group's scope and labels match (`NO_GROUP`),
+and jobs Gitea holds `waiting`, on `needs:` or an approval (`HELD_IN_GITEA`, from its webhooks).
+Must not do I/O.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from reconciler.spec import RunnerGroupSpec
 # Every reason a group's queued job waits for, as the status's `waitingJobs` and the gauge's `reason` name it.
 REASONS = ("runnerStarting", "deleting", "suspended", "refused", "backoff", "maxActiveRunners", "unconfirmed")
 NO_GROUP = "noMatchingGroup"  # the queue's jobs that no group's scope and labels match (no group has them)
+HELD_IN_GITEA = "waitingInGitea"  # jobs Gitea holds `waiting` (on `needs:`, an approval): not queued yet
 
 
 def waiting(

@@ -49,7 +49,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from webhook_scaler.keys import Keys, text
-from webhook_scaler.scripts import ACTIVITY, BEGIN, CONFIRM, EPOCH, RELEASE, SEATS, TAKE
+from webhook_scaler.seat_scripts import ACTIVITY, BEGIN, CONFIRM, EPOCH, RELEASE, SEATS, TAKE
 
 CREATE_DEADLINE_S = 10.0  # from the start of a reservation to the create being sent
 CLAIM_PENDING_S = 30.0  # a claim's life until its create returned (> CREATE_DEADLINE_S + watch lag)

@@ -10,6 +10,7 @@ that touches several is legal there.
 | `{p}:queued`                     | zset   | every queued job id, scored by queued time (ms)      | pruned at job TTL |
 | `{p}:queued:owner:{owner}`       | zset   | queued job ids of one owner (org or user)            | pruned at job TTL |
 | `{p}:queued:repo:{owner}/{repo}` | zset   | queued job ids of one repository                     | pruned at job TTL |
+| `{p}:waiting`                    | zset   | job ids Gitea holds `waiting` (needs:, approval)     | pruned at job TTL |
 | `{p}:events`                     | stream | `job`, `state` for every applied change (wake-up)    | MAXLEN ~ 10,000   |
 | `{p}:observed`                   | list   | picked/completed facts for the metrics (JSON)        | last 10,000 kept  |
 | `{p}:busy`                       | zset   | runners running a job (`in_progress`), by start (ms) | pruned at job TTL |
@@ -21,7 +22,7 @@ that touches several is legal there.
 | `{p}:taker:{group_uid}:{name}`   | string | the replica process that took a runner Job's seat    | reclaim bound     |
 | `{p}:alive:{process}`            | string | a reconciler process is alive (its heartbeat)        | liveness TTL      |
 
-The first nine are the receiver's job records (`queue`); the rest are the reconciler's coordination
+The first ten are the receiver's job records (`queue`); the rest are the reconciler's coordination
 (`coordination`). Times are Redis' own clock (`TIME`).
 """
 
@@ -38,6 +39,7 @@ class Keys:
         self.stream = f"{self.p}:events"
         self.observed = f"{self.p}:observed"
         self.busy = f"{self.p}:busy"
+        self.waiting = f"{self.p}:waiting"
         self.done = f"{self.p}:done"
         self.epoch = f"{self.p}:epoch"
 

@@ -113,6 +113,7 @@ class JobStore:
             k.busy,
             k.done,
             k.observed,
+            k.waiting,
         ]
         packed = self._packed(update, polled_since_ms) | {"delivered": bool(delivery_id)}
         reply = await self._record(keys=keys, args=[json.dumps(packed)])
@@ -209,6 +210,12 @@ class JobStore:
     async def queued_ids(self, scope: Scope = ALL, *, limit: int = 0) -> list[bytes]:
         """The ids of a scope's queued jobs, oldest first: all of them, or the oldest `limit`."""
         return cast("list[bytes]", await self.redis.zrange(self.keys.index(scope), 0, limit - 1))
+
+    async def waiting_count(self) -> int:
+        """How many jobs Gitea holds `waiting` (on `needs:`, an approval or a concurrency group), as its
+        webhooks told, recorded within the job TTL."""
+        since = await self.now_ms() - self.ttls.job * 1000
+        return int(await self.redis.zcount(self.keys.waiting, since, "+inf"))
 
     async def job_rows(self, ids: Sequence[bytes], *, chunk: int = 5_000) -> list[list[bytes | None] | None]:
         """Each job's row for `queued_job` (None for a job no longer queued), one script per `chunk` jobs

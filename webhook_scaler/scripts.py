@@ -1,7 +1,7 @@
-"""The Lua scripts of the Redis contract, one per state change, each atomic on the server.
+"""The Lua scripts of the job records, one per state change, each atomic on the server.
 
-Owns only the script texts; `queue` (the receiver's job records) and `coordination` (the
-reconciler's claims, leases and seats) run them. Every script declares every key it touches in KEYS,
+Owns only the script texts; `queue` (the receiver's job records) runs them, as `coordination` runs
+the reconciler's claims, leases and seats from `seat_scripts`. Every script declares every key it touches in KEYS,
 and all keys share one hash tag, so each script touches one Redis Cluster slot. Every ordering and
 expiry decision reads the server's clock (`TIME`), never a caller's: replicas whose clocks disagree
 still agree on what came first.
@@ -10,19 +10,19 @@ still agree on what came first.
 from __future__ import annotations
 
 # Redis' clock in milliseconds; every script that orders or expires anything starts with it.
-_NOW = """
+NOW = """
 local _t = redis.call('TIME')
 local now = tonumber(_t[1]) * 1000 + math.floor(tonumber(_t[2]) / 1000)
 """
 
 # KEYS: job, delivery (a key under the hash tag even when there is no delivery id), idx all, idx owner,
-#   idx repo, claim, stream, busy, done, observations
+#   idx repo, claim, stream, busy, done, observations, waiting
 # A job recorded for one repository takes no webhook naming another ('conflict'); Gitea's own listing wins.
 # ARGV[1]: one JSON object (one argument packs far faster than thirty): rank, state, ttl (s),
 #   delivered (a webhook delivery id is in KEYS[2]), delivery_ttl (s), maxlen, index_age (ms), poll_since
 #   (Redis ms, -1 = a webhook), id, fields
 RECORD = (
-    _NOW
+    NOW
     + """
 local a = cjson.decode(ARGV[1])
 local job, dkey, id = KEYS[1], KEYS[2], a.id
@@ -93,6 +93,12 @@ else
   for i = 3, 5 do redis.call('ZREM', KEYS[i], id) end
   redis.call('DEL', KEYS[6])
 end
+if state == 'waiting' then
+  redis.call('ZADD', KEYS[11], now, id)
+  redis.call('ZREMRANGEBYSCORE', KEYS[11], '-inf', now - tonumber(a.index_age))
+elseif cur[2] == 'waiting' then
+  redis.call('ZREM', KEYS[11], id)
+end
 redis.call('EXPIRE', job, a.ttl)
 redis.call('XADD', KEYS[7], 'MAXLEN', '~', a.maxlen, '*', 'job', id, 'state', state, 'runner', runner)
 return {'applied', cur[2] or '', state}
@@ -105,7 +111,7 @@ return {'applied', cur[2] or '', state}
 # KEYS: idx all, idx owner, idx repo, stream, then (job, claim) per id
 # ARGV: poll_since (Redis ms), stream_maxlen, then the ids
 DROP = (
-    _NOW
+    NOW
     + """
 local dropped = 0
 for i = 3, #ARGV do
@@ -156,145 +162,3 @@ for i = 1, #KEYS, 2 do
 end
 return out
 """
-
-# KEYS: a claim or a lease; ARGV: holder
-RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-# Claims whose runner Jobs exist now last `ttl_ms` from now, each only if its holder still has it.
-# KEYS: claims; ARGV: ttl_ms, then one holder per claim
-CONFIRM = """
-for i = 1, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[i + 1] then redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
-end
-return #KEYS
-"""
-
-# Gitea's word on the runners ARGV[first_runner..] (their scores in busy and done, or false) and the
-# states of the jobs KEYS[first_job..] (or false).
-_ACTIVITY = """
-local function activity(busy_key, done_key, first_runner, first_job)
-  local busy, done, states = {}, {}, {}
-  for i = first_runner, #ARGV do
-    busy[i - first_runner + 1] = redis.call('ZSCORE', busy_key, ARGV[i]) or false
-    done[i - first_runner + 1] = redis.call('ZSCORE', done_key, ARGV[i]) or false
-  end
-  for k = first_job, #KEYS do states[k - first_job + 1] = redis.call('HGET', KEYS[k], 'state') or false end
-  return busy, done, states
-end
-"""
-
-# Whether the seats' epoch (the string `{id}:{start ms}` at `key`) is the one with id `id`.
-_SAME_EPOCH = """
-local function same_epoch(key, id)
-  local epoch = redis.call('GET', key)
-  return epoch and string.sub(epoch, 1, string.len(id) + 1) == id .. ':'
-end
-"""
-
-# KEYS: busy, done, then one job per asked id; ARGV: the runners
-ACTIVITY = (
-    _ACTIVITY
-    + """
-local busy, done, states = activity(KEYS[1], KEYS[2], 1, 3)
-return {busy, done, states}
-"""
-)
-
-# The seats' epoch, started if there is none. KEYS: epoch; ARGV: the id of a new epoch
-# Returns {epoch id, epoch start (ms), now (ms)}
-EPOCH = (
-    _NOW
-    + """
-local epoch = redis.call('GET', KEYS[1])
-if not epoch then
-  epoch = ARGV[1] .. ':' .. now
-  redis.call('SET', KEYS[1], epoch)
-end
-local sep = string.find(epoch, ':', 1, true)
-return {string.sub(epoch, 1, sep - 1), tonumber(string.sub(epoch, sep + 1)), now}
-"""
-)
-
-# A seat for one runner Job, and for a queued job its claim, in one step: the seat only while fewer
-# than `max` are held and the epoch is the expected one; the claim (SET NX) only while the job is
-# queued and nobody claimed it. Nothing is taken unless everything is. A granted seat records its
-# taker (the replica process), and the taker's heartbeat is renewed: a seat whose taker is dead can
-# be freed early (see `coordination`).
-# KEYS: seats, epoch, taker, the taker's heartbeat, then for a queued job: claim, job; ARGV: max,
-# name, epoch id, the seats' idle ttl (s), the claim's ttl (ms), the taker, its record's ttl (ms), the
-# heartbeat's ttl (ms). Returns 'granted' (or the seat was held already), 'full', 'epoch' (Redis lost
-# the seats since the caller read the epoch) or 'claimed' (taken, or no longer queued).
-TAKE = (
-    _NOW
-    + _SAME_EPOCH
-    + """
-if not same_epoch(KEYS[2], ARGV[3]) then return 'epoch' end
-if #KEYS == 6 then
-  if redis.call('HGET', KEYS[6], 'state') ~= 'queued' or redis.call('EXISTS', KEYS[5]) == 1 then
-    return 'claimed'
-  end
-end
-if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
-  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 'full' end
-  redis.call('ZADD', KEYS[1], now, ARGV[2])
-  redis.call('EXPIRE', KEYS[1], ARGV[4])
-end
-redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[7])
-redis.call('SET', KEYS[4], '1', 'PX', ARGV[8])
-if #KEYS == 6 then redis.call('SET', KEYS[5], ARGV[2], 'PX', ARGV[5]) end
-return 'granted'
-"""
-)
-
-# One pass's view of a group's seats: frees the seats of runner Jobs that ended or were deleted, seats
-# the active runner Jobs that hold none (made before seats existed, or after Redis lost them), and
-# frees seats older than `reclaim_ms` among the `orphans` (seats of Jobs the API server says do not
-# exist). KEYS: seats; ARGV: reclaim_ms, n_free, n_adopt, free..., adopt..., orphans...
-# Returns {now, name, seated_ms, name, seated_ms, ...} after the changes.
-SEATS = (
-    _NOW
-    + """
-local n_free, n_adopt = tonumber(ARGV[2]), tonumber(ARGV[3])
-for i = 4, 3 + n_free do redis.call('ZREM', KEYS[1], ARGV[i]) end
-for i = 4 + n_free, 3 + n_free + n_adopt do redis.call('ZADD', KEYS[1], 'NX', now, ARGV[i]) end
-for i = 4 + n_free + n_adopt, #ARGV do
-  local seated = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if seated and tonumber(seated) < now - tonumber(ARGV[1]) then redis.call('ZREM', KEYS[1], ARGV[i]) end
-end
-local out = {now}
-local all = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-for i = 1, #all do out[#out + 1] = all[i] end
-return out
-"""
-)
-
-# The start of one group's pass, in one step while the caller's epoch is current: take the pass's
-# lease, free the seats of `free` (runner Jobs that ended and whose Pods are gone), seat `seat` (the
-# active runner Jobs, each held once, idempotently: seats lost while the epoch survived come back),
-# keep the seats from expiring, read the seats, and read Gitea's word on the runners and which of the
-# asked jobs are still queued (as ACTIVITY does).
-# KEYS: lease, epoch, seats, busy, done, then one job per asked id; ARGV: holder ('': no lease), the
-# lease's ttl (ms), epoch id, the seats' idle ttl (s), n_free, n_seat, free..., seat..., runners...
-# Returns {'locked'} (another holder has the lease; nothing changed), {'epoch'} (the lease is taken,
-# the epoch is another: the caller seats the group the long way), or
-# {'ok', now, {name, seated_ms, ...}, busy, done, states}.
-BEGIN = (
-    _NOW
-    + _SAME_EPOCH
-    + _ACTIVITY
-    + """
-if ARGV[1] ~= '' and not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'locked'} end
-if not same_epoch(KEYS[2], ARGV[3]) then return {'epoch'} end
-local seat_from = 7 + tonumber(ARGV[5])
-local first = seat_from + tonumber(ARGV[6])
-for i = 7, seat_from - 1 do redis.call('ZREM', KEYS[3], ARGV[i]) end
-for i = seat_from, first - 1 do redis.call('ZADD', KEYS[3], 'NX', now, ARGV[i]) end
-if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('EXPIRE', KEYS[3], ARGV[4]) end
-local seats = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
-local busy, done, states = activity(KEYS[4], KEYS[5], first, 6)
-return {'ok', now, seats, busy, done, states}
-"""
-)

@@ -81,8 +81,13 @@ async def test_waiting_is_recorded_but_not_demand(redis: Redis) -> None:
     r = await store.record(upd("waiting"))
     assert r.state == "waiting"
     assert await store.queued(ALL) == []
+    await store.record(upd("waiting", job_id=102))
+    assert await store.waiting_count() == 2  # what "why is my job waiting" reports as held in Gitea
     await store.record(upd("queued"))
     assert len(await store.queued(ALL)) == 1
+    assert await store.waiting_count() == 1
+    await store.record(upd("completed", job_id=102))  # cancelled while it waited
+    assert await store.waiting_count() == 0
 
 
 async def test_claims_are_exclusive_and_cleared_when_the_job_leaves_the_queue(redis: Redis) -> None:

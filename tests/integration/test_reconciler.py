@@ -261,6 +261,7 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
     await queue(redis, 12, labels=[])
     await queue(redis, 13, labels=["gpu"])  # no group has gpu
     await queue(redis, 14, labels=["k8s"], repo="someone-else/repo")  # outside the org
+    await JobStore(redis).record(JobUpdate.from_payload(model("waiting", job_id=15, labels=["k8s"])))  # on needs:
     async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
         jobs = await eventually(lambda: (j := runner_jobs(kube, ns)) and len(j) >= 2 and j)
         await passes(controller)
@@ -317,6 +318,7 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
         gauge = controller.metrics.waiting_jobs
         assert {r: gauge.labels(group=f"{ns}/builders", reason=r)._value.get() for r in waits} == waits
         assert gauge.labels(group="", reason="noMatchingGroup")._value.get() == 2
+        assert gauge.labels(group="", reason="waitingInGitea")._value.get() == 1
 
 
 def _cache_secret(kube: KubeCluster, ns: str) -> str | None:
