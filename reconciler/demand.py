@@ -21,7 +21,7 @@ from webhook_scaler.jobs import QueuedJob
 from webhook_scaler.queue import JobStore, queued_job
 
 Key = tuple[str, str]
-BLOCKED_EVERY = 1.0  # seconds between counts of the jobs Gitea holds `waiting` (a report, not demand)
+HELD_EVERY = 1.0  # seconds between counts of the jobs Gitea holds `waiting` (a report, not demand)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,13 +51,13 @@ class Demand:
         self._index: GroupIndex | None = None
         self._group: dict[bytes, Key | None] = {}  # by id: its group under `_index`
         self.unmatched = 0  # the last round's queued jobs no group matches (their labels or scope)
-        self.held = 0  # jobs Gitea holds `waiting` (read at most once per BLOCKED_EVERY seconds)
-        self._held_read = -BLOCKED_EVERY
+        self.held = 0  # jobs Gitea holds `waiting` (read at most once per HELD_EVERY seconds)
+        self._held_read = -HELD_EVERY
 
     async def read(self, index: GroupIndex) -> dict[Key, GroupDemand]:
         """Every group's queued jobs now (see `GroupDemand`); a group with none has no entry."""
         ids = await self.store.queued_ids()
-        if (now := time.monotonic()) - self._held_read >= BLOCKED_EVERY:
+        if (now := time.monotonic()) - self._held_read >= HELD_EVERY:
             self.held, self._held_read = await self.store.waiting_count(), now
         fresh = await self._read([i for i in ids if i not in self._known])
         if index is not self._index:
