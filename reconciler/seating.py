@@ -174,10 +174,10 @@ class Seating:
         "epoch", "late"). The claim of a runner that exists is the caller's to confirm (`confirm`)."""
         started = time.monotonic()
         await self.share_cache_secret(group.namespace)
-        taken = await self._take(group, spec, c, name, epoch)
+        runner = runner_name(name)
+        taken = await self._take(group, spec, c, (name, runner), epoch)
         if taken != "granted":
             return taken  # nothing was taken
-        runner = runner_name(name)
         body = build_job(group.ref, spec, name=name, job_id=c.job_id, queued_ms=c.queued_ms, runner=runner,
                          egress=self.egress)  # fmt: skip
         try:  # a runner registered but never started leaves an idle row, which the ghost sweep deletes
@@ -207,18 +207,22 @@ class Seating:
             await self._drop(group, c, name)
         return outcome
 
-    async def _take(self, group: GroupObject, spec: RunnerGroupSpec, c: Create, name: str, epoch: str) -> str:
-        """Take the job's claim (after releasing a stale one) and a seat in one step (`coordination`)."""
+    async def _take(
+        self, group: GroupObject, spec: RunnerGroupSpec, c: Create, names: tuple[str, str], epoch: str
+    ) -> str:
+        """Take the job's claim (after releasing a stale one) and a seat in one step (`coordination`),
+        binding the runner's name (`names`: the Job's, the runner's) to the owner the group serves."""
         if c.job_id is not None and c.stale_claim:
             await self.coordination.release(c.job_id, holder=c.stale_claim)
         return await self.coordination.take(
             group.uid,
-            name,
+            names[0],
             maximum=spec.max_active_runners,
             epoch=epoch,
             taker=self.taker,
             job_id=c.job_id,
             claim_ttl_ms=int(CLAIM_PENDING_S * 1000),
+            runner=(names[1], spec.target.split("/", 1)[0]),
         )
 
     async def share_cache_secret(self, namespace: str) -> None:

@@ -122,17 +122,21 @@ class Coordination:
         taker: str,
         job_id: int | None = None,
         claim_ttl_ms: int = 0,
+        runner: tuple[str, str] = ("", ""),
     ) -> str:
         """Take a seat for runner Job `name` if fewer than `maximum` are held in `epoch` (idempotent per
         name), and for a queued job (`job_id`) the right to start its runner, in one atomic step:
         "granted", or what stopped it, with nothing taken: "full", "epoch" (the epoch is not `epoch` any
         more), "claimed" (somebody claimed the job, or it is not queued). A granted seat records its
-        `taker` (this replica process), whose heartbeat it renews."""
+        `taker` (this replica process), whose heartbeat it renews, and binds `runner` = (its name in
+        Gitea, the owner whose jobs it may run, `*` for any) for the receivers (`Keys.runner`)."""
+        runner_name, owner = runner
         keys = [self.keys.seats(group_uid), self.keys.epoch, self.keys.taker(group_uid, name), self.keys.alive(taker)]
+        keys.append(self.keys.runner(runner_name))
         if job_id is not None:
             keys += [self.keys.claim(job_id), self.keys.job(job_id)]
         ttls = [int(RECLAIM_AFTER_S * 1000), int(ALIVE_TTL_S * 1000)]
-        args: list[str | int] = [maximum, name, epoch, SEATS_IDLE_TTL_S, claim_ttl_ms, taker, *ttls]
+        args: list[str | int] = [maximum, name, epoch, SEATS_IDLE_TTL_S, claim_ttl_ms, taker, *ttls, owner.lower()]
         return text(await self._take(keys=keys, args=args))
 
     async def heartbeat(self, process: str) -> None:

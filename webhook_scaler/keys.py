@@ -16,6 +16,7 @@ that touches several is legal there.
 | `{p}:busy`                       | zset   | runners running a job (`in_progress`), by start (ms) | pruned at job TTL |
 | `{p}:done`                       | zset   | runners whose job completed, by completion (ms)      | pruned at job TTL |
 | `{p}:claim:{job_id}`             | string | name of the runner Job started for the job           | claim TTL         |
+| `{p}:runner:{runner_name}`       | string | the owner whose jobs a runner of ours may run (`*`)  | a week            |
 | `{p}:lock:{name}`                | string | a short lease, e.g. one group's reconcile pass       | lease TTL         |
 | `{p}:seats:{group_uid}`          | zset   | runner Jobs that may be active, by seat time (ms)    | a week idle       |
 | `{p}:epoch`                      | string | `{id}:{start ms}` of the seats' current epoch        | never             |
@@ -54,6 +55,11 @@ class Keys:
     def claim(self, job_id: int | str) -> str:
         """Who started a runner for one job."""
         return f"{self.p}:claim:{job_id}"
+
+    def runner(self, runner_name: str) -> str:
+        """Whose jobs a runner of ours may run: webhooks naming it about another owner's job are not
+        believed about it."""
+        return f"{self.p}:runner:{runner_name or '-'}"
 
     def lock(self, name: str) -> str:
         """One lease."""

@@ -114,6 +114,7 @@ class JobStore:
             k.done,
             k.observed,
             k.waiting,
+            k.runner(update.runner_name or ""),
         ]
         packed = self._packed(update, polled_since_ms) | {"delivered": bool(delivery_id)}
         reply = await self._record(keys=keys, args=[json.dumps(packed)])

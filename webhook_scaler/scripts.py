@@ -16,8 +16,9 @@ local now = tonumber(_t[1]) * 1000 + math.floor(tonumber(_t[2]) / 1000)
 """
 
 # KEYS: job, delivery (a key under the hash tag even when there is no delivery id), idx all, idx owner,
-#   idx repo, claim, stream, busy, done, observations, waiting
+#   idx repo, claim, stream, busy, done, observations, waiting, runner binding
 # A job recorded for one repository takes no webhook naming another ('conflict'); Gitea's own listing wins.
+# A webhook naming a runner of ours bound to another owner (`Keys.runner`) says nothing about that runner.
 # ARGV[1]: one JSON object (one argument packs far faster than thirty): rank, state, ttl (s),
 #   delivered (a webhook delivery id is in KEYS[2]), delivery_ttl (s), maxlen, index_age (ms), poll_since
 #   (Redis ms, -1 = a webhook), id, fields
@@ -40,6 +41,10 @@ if not apply and poll_since >= 0 and cur[2] ~= state and tonumber(cur[3]) < poll
   apply = true
 end
 if not apply then return {'stale', cur[2]} end
+if a.fields.runner ~= '' and poll_since < 0 then
+  local bound = redis.call('GET', KEYS[12])
+  if bound and bound ~= '*' and bound ~= a.fields.owner then a.fields.runner = '' end
+end
 redis.call('DEL', job)
 local flat = {'rank', a.rank, 'state', state, 'updated_ms', now}
 for name, value in pairs(a.fields) do

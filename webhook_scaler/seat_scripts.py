@@ -74,17 +74,19 @@ return {string.sub(epoch, 1, sep - 1), tonumber(string.sub(epoch, sep + 1)), now
 # queued and nobody claimed it. Nothing is taken unless everything is. A granted seat records its
 # taker (the replica process), and the taker's heartbeat is renewed: a seat whose taker is dead can
 # be freed early (see `coordination`).
-# KEYS: seats, epoch, taker, the taker's heartbeat, then for a queued job: claim, job; ARGV: max,
-# name, epoch id, the seats' idle ttl (s), the claim's ttl (ms), the taker, its record's ttl (ms), the
-# heartbeat's ttl (ms). Returns 'granted' (or the seat was held already), 'full', 'epoch' (Redis lost
-# the seats since the caller read the epoch) or 'claimed' (taken, or no longer queued).
+# It also binds the runner's name to the owner whose jobs it may run (`*`: any), for the seats' idle ttl.
+# KEYS: seats, epoch, taker, the taker's heartbeat, the runner's binding, then for a queued job: claim,
+# job; ARGV: max, name, epoch id, the seats' idle ttl (s), the claim's ttl (ms), the taker, its record's
+# ttl (ms), the heartbeat's ttl (ms), the owner ('': no binding). Returns 'granted' (or the seat was
+# held already), 'full', 'epoch' (Redis lost the seats since the caller read the epoch) or 'claimed'
+# (taken, or no longer queued).
 TAKE = (
     NOW
     + _SAME_EPOCH
     + """
 if not same_epoch(KEYS[2], ARGV[3]) then return 'epoch' end
-if #KEYS == 6 then
-  if redis.call('HGET', KEYS[6], 'state') ~= 'queued' or redis.call('EXISTS', KEYS[5]) == 1 then
+if #KEYS == 7 then
+  if redis.call('HGET', KEYS[7], 'state') ~= 'queued' or redis.call('EXISTS', KEYS[6]) == 1 then
     return 'claimed'
   end
 end
@@ -95,7 +97,8 @@ if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
 end
 redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[7])
 redis.call('SET', KEYS[4], '1', 'PX', ARGV[8])
-if #KEYS == 6 then redis.call('SET', KEYS[5], ARGV[2], 'PX', ARGV[5]) end
+if ARGV[9] ~= '' then redis.call('SET', KEYS[5], ARGV[9], 'EX', ARGV[4]) end
+if #KEYS == 7 then redis.call('SET', KEYS[6], ARGV[2], 'PX', ARGV[5]) end
 return 'granted'
 """
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from redis.asyncio import Redis
@@ -287,3 +288,33 @@ async def test_a_job_picked_and_completed_leaves_one_fact_each_for_the_metrics(r
     await store.record(upd("queued", job_id=102))
     await store.record(upd("completed", job_id=102, picked=False))
     assert await store.observations() == []
+
+
+def ran(status: str, job_id: int, runner: str, **kw: Any) -> JobUpdate:
+    """A job's update naming the runner that took it."""
+    return dataclasses.replace(upd(status, job_id=job_id, **kw), runner_name=runner)
+
+
+async def test_a_webhook_says_nothing_about_a_runner_of_ours_bound_to_another_owner(redis: Redis) -> None:
+    """An org owner signs deliveries for their own jobs only (owner-bound secrets), but may name any runner
+    in them: a runner the reconciler bound to another owner (at its seat) is not marked busy or done by
+    them. A runner of a global group may run anybody's job; Gitea's own listing (the poll) is believed."""
+    store, coordination = JobStore(redis), Coordination(redis)
+    epoch = await coordination.epoch(new_id="e")
+    for name, owner in (("acme-1.aa", "ACME"), ("any-1.bb", "*")):
+        bound = (name, owner)
+        assert await coordination.take("g", name, maximum=9, epoch=epoch.id, taker="t", runner=bound) == "granted"
+    evil = {"repo": "evil/tools"}
+    await store.record(ran("in_progress", 201, "acme-1.aa", **evil), delivery_id="e1")
+    await store.record(ran("in_progress", 202, "any-1.bb", **evil), delivery_id="e2")
+    await store.record(ran("in_progress", 203, "acme-1.aa"), delivery_id="a1")  # acme's own
+    busy = {r.decode() for r in await redis.zrange("{grs}:busy", 0, -1)}
+    assert "any-1.bb" in busy and "acme-1.aa" in busy
+    assert "runner" not in await stored(redis, 201) and (await stored(redis, 203))["runner"] == "acme-1.aa"
+    await store.record(ran("completed", 201, "acme-1.aa", **evil), delivery_id="e3")
+    assert await redis.zscore("{grs}:done", "acme-1.aa") is None  # still busy with acme's job, as far as we know
+    assert await redis.zscore("{grs}:busy", "acme-1.aa") is not None
+    # Gitea's own word (a poll's listing) is believed whoever's job it is.
+    polled = await store.now_ms()
+    await store.record(ran("completed", 204, "acme-1.aa", **evil), polled_since_ms=polled)
+    assert await redis.zscore("{grs}:done", "acme-1.aa") is not None

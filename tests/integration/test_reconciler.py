@@ -294,6 +294,8 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
         assert file["ephemeral"] is True and file["token"] and REG_TOKEN not in str(credential)
         assert env["GITEA_RUNNER_NAME"]["value"] == runner_of(job) and runner_of(job).startswith(meta["name"] + ".")
         assert env["GITEA_RUNNER_LABELS"]["value"] == "k8s"
+        # Bound to the org it serves: webhooks about other owners' jobs are not believed about it.
+        assert await redis.get(f"{{grs}}:runner:{runner_of(job)}") == b"acme"
         assert env["GITEA_RUNNER_EPHEMERAL"]["value"] == "true"
 
         s = await eventually(lambda: (s := group_status(kube, ns, "builders")).get("activeRunners") == 2 and s)
