@@ -50,7 +50,7 @@ _HELP = {
     "grs_desired_runners": "Runners the group wants after this pass (queued jobs + minIdleRunners, within the cap).",
     "grs_max_runners": "The group's maxActiveRunners.",
     "grs_waiting_jobs": (
-        'Queued jobs no runner took yet, by why they wait (reconciler/waiting.py); group="": no group matches them.'
+        'Jobs no runner took yet, by why they wait (reconciler/waiting.py); group="": jobs no group has.'
     ),
     "grs_registration_failures": "Runner Pods that failed before their runner started (their prepare step).",
     "grs_runners_lost": (
