@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import Redis
 
 from tests.jobs import claim, model, stored
 from webhook_scaler.coordination import Activity, Coordination
 from webhook_scaler.jobs import ALL, JobUpdate, Scope
+from webhook_scaler.keys import text
 from webhook_scaler.queue import JobStore, Outcome, Ttls
 
 
@@ -308,7 +309,7 @@ async def test_a_webhook_says_nothing_about_a_runner_of_ours_bound_to_another_ow
     await store.record(ran("in_progress", 201, "acme-1.aa", **evil), delivery_id="e1")
     await store.record(ran("in_progress", 202, "any-1.bb", **evil), delivery_id="e2")
     await store.record(ran("in_progress", 203, "acme-1.aa"), delivery_id="a1")  # acme's own
-    busy = {r.decode() for r in await redis.zrange("{grs}:busy", 0, -1)}
+    busy = {text(r) for r in cast("list[bytes]", await redis.zrange("{grs}:busy", 0, -1))}
     assert "any-1.bb" in busy and "acme-1.aa" in busy
     assert "runner" not in await stored(redis, 201) and (await stored(redis, 203))["runner"] == "acme-1.aa"
     await store.record(ran("completed", 201, "acme-1.aa", **evil), delivery_id="e3")
