@@ -27,8 +27,8 @@ from redis.asyncio import Redis
 from bench.scenarios import _ready, _settled, mean_of
 from bench.stack import SECRET, Deliveries, JobWatch, Proc, Stack, metric
 from webhook_scaler import delivery
-from webhook_scaler.jobs import JobUpdate
-from webhook_scaler.queue import JobStore, Outcome
+from webhook_scaler.store.jobs.model import JobUpdate
+from webhook_scaler.store.jobs.records import JobStore, Outcome
 
 PASS = "grs_reconcile_pass_duration_seconds"
 UNSERVED = "acme/unserved"  # no group serves it: its jobs wake the reconciler and change no group's work

@@ -149,14 +149,16 @@ def crd_table(part: str, crd: Path = CRD) -> str:
 
 
 def modules_table(*packages: str) -> str:
-    """One row per module of the packages: its name and the first paragraph of its docstring."""
+    """One row per module of the packages and their rooms (sub-packages, named by their folder): its
+    path and the first paragraph of its docstring."""
 
     def rows() -> Iterator[Sequence[str]]:
         for package in packages:
-            for path in sorted((ROOT / package).glob("*.py")):
+            for path in sorted((ROOT / package).rglob("*.py")):
                 doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+                name = path.relative_to(ROOT).as_posix()
                 if doc:
-                    yield f"`{package}/{path.name}`", doc.split("\n\n")[0]
+                    yield f"`{name.removesuffix('__init__.py')}`", doc.split("\n\n")[0]
 
     return table(["module", "what it owns"], rows())
 

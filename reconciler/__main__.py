@@ -27,8 +27,8 @@ from reconciler.runner_cache import RunnerCache
 from reconciler.settings import Settings
 from webhook_scaler import logs
 from webhook_scaler.config import parse_or_exit, unknown
-from webhook_scaler.queue import JobStore, Ttls
-from webhook_scaler.redis_client import connect, store_client
+from webhook_scaler.store.client import connect, store_client
+from webhook_scaler.store.jobs.records import JobStore, Ttls
 
 log = logging.getLogger("reconciler")
 DESCRIPTION = (

@@ -35,8 +35,8 @@ from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.status import desired_status
 from reconciler.waiting import waiting
-from webhook_scaler.coordination import Activity, Coordination
-from webhook_scaler.jobs import QueuedJob
+from webhook_scaler.store.jobs.model import QueuedJob
+from webhook_scaler.store.seats.coordination import Activity, Coordination
 
 log = logging.getLogger(__name__)
 # Gitea's word on a runner (busy since, done at; Redis' clock) counts for a runner Job only if it came

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from reconciler.labels import effective_labels, names
 from reconciler.spec import RunnerGroupSpec
-from webhook_scaler.jobs import QueuedJob
+from webhook_scaler.store.jobs.model import QueuedJob
 
 _SPECIFICITY = {"repo": 3, "org": 2, "user": 2, "global": 1}
 

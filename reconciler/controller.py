@@ -38,9 +38,9 @@ from reconciler.settings import Settings
 from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.tasks import run_together
-from webhook_scaler.coordination import Coordination
-from webhook_scaler.jobs import QueuedJob
-from webhook_scaler.queue import JobStore
+from webhook_scaler.store.jobs.model import QueuedJob
+from webhook_scaler.store.jobs.records import JobStore
+from webhook_scaler.store.seats.coordination import Coordination
 
 log = logging.getLogger(__name__)
 

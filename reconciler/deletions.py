@@ -20,7 +20,7 @@ from reconciler.objects import GroupObject, JobObject
 from reconciler.plan import Delete
 from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
-from webhook_scaler.coordination import Coordination
+from webhook_scaler.store.seats.coordination import Coordination
 
 log = logging.getLogger(__name__)
 

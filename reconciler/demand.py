@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from reconciler.assign import GroupIndex, group_of
 from reconciler.spec import RunnerGroupSpec
-from webhook_scaler.jobs import QueuedJob
-from webhook_scaler.queue import JobStore, queued_job
+from webhook_scaler.store.jobs.model import QueuedJob
+from webhook_scaler.store.jobs.records import JobStore, queued_job
 
 Key = tuple[str, str]
 HELD_EVERY = 1.0  # seconds between counts of the jobs Gitea holds `waiting` (a report, not demand)

@@ -25,7 +25,7 @@ from reconciler.objects import GroupObject, JobObject
 from reconciler.phases import Phase, Runner
 from reconciler.state import GroupState
 from reconciler.status import registration_failed
-from webhook_scaler.coordination import Coordination
+from webhook_scaler.store.seats.coordination import Coordination
 
 log = logging.getLogger(__name__)
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # the Job controller sets it on the Pods it makes

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from reconciler.phases import ACTIVE, Phase, Runner
 from reconciler.spec import RunnerGroupSpec
-from webhook_scaler.jobs import QueuedJob
+from webhook_scaler.store.jobs.model import QueuedJob
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,9 +24,9 @@ from reconciler.settings import Settings
 from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.status import Condition, timestamp
-from webhook_scaler.coordination import Coordination
-from webhook_scaler.jobs import ALL, JobUpdate, Scope
-from webhook_scaler.queue import JobStore
+from webhook_scaler.store.jobs.model import ALL, JobUpdate, Scope
+from webhook_scaler.store.jobs.records import JobStore
+from webhook_scaler.store.seats.coordination import Coordination
 
 log = logging.getLogger(__name__)
 Views = Callable[[], Iterable[tuple[GroupObject, RunnerGroupSpec | None, str]]]

@@ -32,8 +32,8 @@ from reconciler.settings import Settings
 from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.status import desired_status, pass_fields
-from webhook_scaler.coordination import Coordination
-from webhook_scaler.jobs import QueuedJob
+from webhook_scaler.store.jobs.model import QueuedJob
+from webhook_scaler.store.seats.coordination import Coordination
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from reconciler.runner_cache import SECRET_KEY
 from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.status import SEAT_EPOCH
-from webhook_scaler.coordination import (
+from webhook_scaler.store.seats.coordination import (
     ABANDONED_AFTER_S,
     CLAIM_PENDING_S,
     CREATE_DEADLINE_S,

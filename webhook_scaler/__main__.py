@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry
 from webhook_scaler import logs
 from webhook_scaler.app import create_app
 from webhook_scaler.config import parse_or_exit, unknown
-from webhook_scaler.redis_client import connect
 from webhook_scaler.settings import Settings
+from webhook_scaler.store.client import connect
 
 log = logging.getLogger("webhook_scaler")
 DESCRIPTION = (

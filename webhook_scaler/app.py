@@ -1,4 +1,4 @@
-"""The receiver's aiohttp application: thin handlers over `delivery` (pure) and `queue` (Redis).
+"""The receiver's aiohttp application: thin handlers over `delivery` (pure) and `store.jobs.records` (Redis).
 
 Owns: routes, the body size limit, and the mapping of typed errors to HTTP statuses (401 signature,
 400 payload, 413 size, 503 Redis). Must not parse or verify payloads itself, nor format Redis keys.
@@ -17,11 +17,11 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from webhook_scaler import delivery
-from webhook_scaler.jobs import JobUpdate
 from webhook_scaler.metrics import Metrics
-from webhook_scaler.queue import JobStore, Outcome, Ttls
-from webhook_scaler.redis_client import store_client
 from webhook_scaler.settings import Settings
+from webhook_scaler.store.client import store_client
+from webhook_scaler.store.jobs.model import JobUpdate
+from webhook_scaler.store.jobs.records import JobStore, Outcome, Ttls
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from webhook_scaler.config import FromFile
 from webhook_scaler.delivery import SigningKey
-from webhook_scaler.redis_client import parse_url
+from webhook_scaler.store.client import parse_url
 
 
 class RedisSettings(BaseModel):

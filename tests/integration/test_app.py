@@ -20,9 +20,9 @@ from tests.conftest import SECRET, RecordedDelivery
 from tests.jobs import model, payload, signed
 from tests.redis_server import RedisServer
 from webhook_scaler.app import create_app
-from webhook_scaler.jobs import ALL, JobUpdate
-from webhook_scaler.queue import JobStore, Outcome
 from webhook_scaler.settings import Settings
+from webhook_scaler.store.jobs.model import ALL, JobUpdate
+from webhook_scaler.store.jobs.records import JobStore, Outcome
 
 Client = TestClient[web.Request, web.Application]
 MakeClient = Callable[[web.Application], Awaitable[Client]]

@@ -13,9 +13,9 @@ from redis.exceptions import ResponseError
 
 from tests.jobs import model
 from tests.redis_server import free_port
-from webhook_scaler.batching import ScriptBatch
-from webhook_scaler.jobs import JobUpdate
-from webhook_scaler.queue import JobStore, Outcome
+from webhook_scaler.store.batching import ScriptBatch
+from webhook_scaler.store.jobs.model import JobUpdate
+from webhook_scaler.store.jobs.records import JobStore, Outcome
 
 ECHO = """
 if ARGV[1] == 'boom' then return redis.error_reply('boom') end

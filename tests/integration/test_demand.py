@@ -15,9 +15,9 @@ from reconciler.labels import effective_labels, names
 from tests.groups import spec
 from tests.jobs import claim, model
 from tests.redis_server import RedisServer
-from webhook_scaler.coordination import Coordination
-from webhook_scaler.jobs import JobUpdate
-from webhook_scaler.queue import JobStore
+from webhook_scaler.store.jobs.model import JobUpdate
+from webhook_scaler.store.jobs.records import JobStore
+from webhook_scaler.store.seats.coordination import Coordination
 
 
 def group(name: str, **kw: Any) -> GroupView:

@@ -9,10 +9,10 @@ from typing import Any, cast
 from redis.asyncio import Redis
 
 from tests.jobs import claim, model, stored
-from webhook_scaler.coordination import Activity, Coordination
-from webhook_scaler.jobs import ALL, JobUpdate, Scope
-from webhook_scaler.keys import text
-from webhook_scaler.queue import JobStore, Outcome, Ttls
+from webhook_scaler.store.jobs.model import ALL, JobUpdate, Scope
+from webhook_scaler.store.jobs.records import JobStore, Outcome, Ttls
+from webhook_scaler.store.keys import text
+from webhook_scaler.store.seats.coordination import Activity, Coordination
 
 
 def upd(status: str, **kw: Any) -> JobUpdate:

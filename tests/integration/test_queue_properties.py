@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.jobs import model, stored
-from webhook_scaler.jobs import ALL, JobUpdate
-from webhook_scaler.queue import JobStore
+from webhook_scaler.store.jobs.model import ALL, JobUpdate
+from webhook_scaler.store.jobs.records import JobStore
 
 Event = tuple[str, dict[str, Any]]
 

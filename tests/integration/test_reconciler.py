@@ -40,9 +40,9 @@ from tests.groups import spec as spec_model
 from tests.jobs import model
 from tests.kube_cluster import KubeCluster, api_request, complete_job, fail_job, runner_of
 from tests.redis_server import RedisServer
-from webhook_scaler.coordination import ABANDONED_AFTER_S, CLAIM_PENDING_S, Coordination
-from webhook_scaler.jobs import JobUpdate, Scope
-from webhook_scaler.queue import JobStore
+from webhook_scaler.store.jobs.model import JobUpdate, Scope
+from webhook_scaler.store.jobs.records import JobStore
+from webhook_scaler.store.seats.coordination import ABANDONED_AFTER_S, CLAIM_PENDING_S, Coordination
 
 pytestmark = pytest.mark.kube
 API_TOKEN = "gitea-api-token-value"

@@ -21,10 +21,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tests.jobs import claim, model, stored
 from tests.redis_topology import ClusterServers, SentinelServers
-from webhook_scaler.coordination import SEATS_IDLE_TTL_S, Coordination
-from webhook_scaler.jobs import ALL, JobUpdate, Scope
-from webhook_scaler.queue import JobStore, Outcome
-from webhook_scaler.redis_client import connect, store_client
+from webhook_scaler.store.client import connect, store_client
+from webhook_scaler.store.jobs.model import ALL, JobUpdate, Scope
+from webhook_scaler.store.jobs.records import JobStore, Outcome
+from webhook_scaler.store.seats.coordination import SEATS_IDLE_TTL_S, Coordination
 
 Client = Redis | RedisCluster
 

@@ -7,7 +7,7 @@ import pytest
 from reconciler.assign import GroupView, assign
 from reconciler.labels import DEFAULT_LABELS, effective_labels, label_name, names
 from tests.groups import spec
-from webhook_scaler.jobs import QueuedJob
+from webhook_scaler.store.jobs.model import QueuedJob
 
 
 @pytest.mark.parametrize(

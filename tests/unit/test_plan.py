@@ -13,7 +13,7 @@ from reconciler.phases import ACTIVE, Phase, Runner, classify
 from reconciler.plan import Create, Delete, plan
 from reconciler.spec import RunnerGroupSpec
 from tests.groups import spec
-from webhook_scaler.jobs import QueuedJob
+from webhook_scaler.store.jobs.model import QueuedJob
 
 NOW = 1_000_000
 

@@ -9,7 +9,7 @@ from redis.asyncio.sentinel import SentinelConnectionPool
 
 from reconciler.settings import Settings as ReconcilerSettings
 from webhook_scaler.config import ConfigError, load
-from webhook_scaler.redis_client import RedisTarget, connect, parse_url
+from webhook_scaler.store.client import RedisTarget, connect, parse_url
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from reconciler.spec import RunnerGroupSpec
 from reconciler.waiting import REASONS, waiting
 from tests.groups import spec
 from tests.unit.test_plan import NOW, failed, job, runner, situations
-from webhook_scaler.jobs import QueuedJob
+from webhook_scaler.store.jobs.model import QueuedJob
 
 
 def _waits(

@@ -1,9 +1,9 @@
 """The Lua scripts of the job records, one per state change, each atomic on the server.
 
-Owns only the script texts; `queue` (the receiver's job records) runs them, as `coordination` runs
-the reconciler's claims, leases and seats from `seat_scripts`. Every script declares every key it touches in KEYS,
-and all keys share one hash tag, so each script touches one Redis Cluster slot. Every ordering and
-expiry decision reads the server's clock (`TIME`), never a caller's: replicas whose clocks disagree
+Owns only the script texts; `records` (the receiver's job records) runs them, as `seats.coordination`
+runs the reconciler's claims, leases and seats from `seats.scripts`. Every script declares every key
+it touches in KEYS, and all keys share one hash tag, so each script touches one Redis Cluster slot.
+Every ordering and expiry decision reads the server's clock (`TIME`), never a caller's: replicas whose clocks disagree
 still agree on what came first.
 """
 

@@ -1,12 +1,12 @@
 """The Lua scripts of the reconciler's coordination: claims, leases, seats and their epoch.
 
-Owns only the script texts; `coordination` runs them. As in `scripts` (the job records), every script
+Owns only the script texts; `coordination` runs them. As in `jobs.scripts` (the job records), every script
 declares every key it touches in KEYS under the one hash tag, and reads the server's clock.
 """
 
 from __future__ import annotations
 
-from webhook_scaler.scripts import NOW
+from webhook_scaler.store.jobs.scripts import NOW
 
 # KEYS: a claim or a lease; ARGV: holder
 RELEASE = """

@@ -1,6 +1,6 @@
 """The reconciler replicas' coordination in Redis: claims, leases, seats, and Gitea's word on runners.
 
-Owns every key the reconciler writes (the receiver's job records are `queue`'s). Two invariants
+Owns every key the reconciler writes (the receiver's job records are `jobs.records`'). Two invariants
 hold across any number of replicas, whatever their caches show and however their calls interleave:
 
 **One runner per (job, attempt).** A runner Job for a queued job is named from the group, the job id
@@ -48,8 +48,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from webhook_scaler.keys import Keys, text
-from webhook_scaler.seat_scripts import ACTIVITY, BEGIN, CONFIRM, EPOCH, RELEASE, SEATS, TAKE
+from webhook_scaler.store.keys import Keys, text
+from webhook_scaler.store.seats.scripts import ACTIVITY, BEGIN, CONFIRM, EPOCH, RELEASE, SEATS, TAKE
 
 CREATE_DEADLINE_S = 10.0  # from the start of a reservation to the create being sent
 CLAIM_PENDING_S = 30.0  # a claim's life until its create returned (> CREATE_DEADLINE_S + watch lag)

@@ -1,9 +1,9 @@
 """The receiver's job records in Redis: the one place job states are written and read back.
 
 Owns: recording an observed job state (from a webhook or a poll) atomically, idempotently and in
-rank order (see `jobs`), reconciling a scope with what Gitea lists, reading the queued jobs of a
-scope, the wake-up stream and the facts for the metrics. Key names are in `keys`, the scripts in
-`scripts`; the reconciler's claims, leases and seats are in `coordination`.
+rank order (see `model`), reconciling a scope with what Gitea lists, reading the queued jobs of a
+scope, the wake-up stream and the facts for the metrics. Key names are in `store.keys`, the scripts in
+`scripts`; the reconciler's claims, leases and seats are in `store.seats`.
 
 What webhooks cannot settle (a lost event, a rerun of a never-picked job) the reconciler's poller
 settles: Gitea's answer wins over a record older than the poll. A queued job the listings no longer
@@ -21,11 +21,11 @@ from typing import Any, cast
 
 from redis.asyncio import Redis
 
-from webhook_scaler.batching import ScriptBatch
 from webhook_scaler.gitea import JobStatus
-from webhook_scaler.jobs import ALL, JobUpdate, Observation, QueuedJob, Scope
-from webhook_scaler.keys import Keys, text
-from webhook_scaler.scripts import DROP, LISTED, QUEUED, RECORD
+from webhook_scaler.store.batching import ScriptBatch
+from webhook_scaler.store.jobs.model import ALL, JobUpdate, Observation, QueuedJob, Scope
+from webhook_scaler.store.jobs.scripts import DROP, LISTED, QUEUED, RECORD
+from webhook_scaler.store.keys import Keys, text
 
 
 class Outcome(StrEnum):
@@ -98,7 +98,7 @@ class JobStore:
     async def record(
         self, update: JobUpdate, *, delivery_id: str | None = None, polled_since_ms: int = -1
     ) -> RecordResult:
-        """Apply one observed job state atomically; idempotent and monotonic (see `jobs`).
+        """Apply one observed job state atomically; idempotent and monotonic (see `model`).
 
         `polled_since_ms` (Redis' clock, from `now_ms`) marks an update from a poll that began then: it
         also replaces a record older than the poll whatever their ranks.

@@ -23,13 +23,13 @@ that touches several is legal there.
 | `{p}:taker:{group_uid}:{name}`   | string | the replica process that took a runner Job's seat    | reclaim bound     |
 | `{p}:alive:{process}`            | string | a reconciler process is alive (its heartbeat)        | liveness TTL      |
 
-The first ten are the receiver's job records (`queue`); the rest are the reconciler's coordination
-(`coordination`). Times are Redis' own clock (`TIME`).
+The first ten are the receiver's job records (`jobs.records`); the rest are the reconciler's
+coordination (`seats.coordination`). Times are Redis' own clock (`TIME`).
 """
 
 from __future__ import annotations
 
-from webhook_scaler.jobs import ALL, Scope
+from webhook_scaler.store.jobs.model import ALL, Scope
 
 
 class Keys:
