@@ -203,10 +203,10 @@ class Controller:
         self.wake.set()
 
     # -- one round --------------------------------------------------------------------------------
-    def views(self) -> list[View]:
+    def views(self) -> list[View[GroupObject]]:
         """Every group with its validated spec (once per generation: the API server bumps it on every spec
         change), or None and why; a second Gitea instance's groups are refused every round (`instances`)."""
-        out: list[View] = []
+        out: list[View[GroupObject]] = []
         seen: set[str] = set()
         for group in self.groups.items.values():
             seen.add(group.uid)

@@ -12,12 +12,27 @@ Gitea that differ (an internal Service name and a public host) count as two. Mus
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol, TypeVar
 from urllib.parse import urlsplit
 
-from reconciler.objects import GroupObject
 from reconciler.spec import RunnerGroupSpec
 
-View = tuple[GroupObject, RunnerGroupSpec | None, str]  # a group, its valid spec or None, what is wrong
+
+class Group(Protocol):
+    """What this module reads of a RunnerGroup (a `GroupObject` of the Kubernetes side)."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def created_ms(self) -> int: ...
+    @property
+    def deleting(self) -> bool: ...
+
+
+G = TypeVar("G", bound=Group)
+View = tuple[G, RunnerGroupSpec | None, str]  # a group, its valid spec or None, what is wrong
 _PORTS = {"http": 80, "https": 443}
 
 
@@ -29,14 +44,14 @@ def instance(url: str) -> str:
     return f"{scheme}://{(parts.hostname or '').lower()}:{port}{parts.path.rstrip('/')}"
 
 
-def one_instance(views: Sequence[View]) -> list[View]:
+def one_instance(views: Sequence[View[G]]) -> list[View[G]]:
     """`views` with each valid group of a second Gitea instance turned invalid, and why."""
-    valid: list[tuple[GroupObject, RunnerGroupSpec]] = [(g, s) for g, s, _ in views if s is not None]
+    valid: list[tuple[G, RunnerGroupSpec]] = [(g, s) for g, s, _ in views if s is not None]
     if not valid:
         return list(views)
     first, spec = min(valid, key=lambda v: (v[0].created_ms, v[0].namespace, v[0].name))
     served = instance(spec.gitea.url)
-    out: list[View] = []
+    out: list[View[G]] = []
     for group, own, problem in views:
         if own is not None and not group.deleting and instance(own.gitea.url) != served:
             out.append((group, None, _second(own.gitea.url, spec.gitea.url, first)))
@@ -45,7 +60,7 @@ def one_instance(views: Sequence[View]) -> list[View]:
     return out
 
 
-def _second(url: str, served: str, first: GroupObject) -> str:
+def _second(url: str, served: str, first: Group) -> str:
     return (
         f"spec.gitea.url {url} is a second Gitea instance: this install serves {served} (RunnerGroup "
         f"{first.namespace}/{first.name}, the oldest), and job ids of two instances collide in its Redis. "

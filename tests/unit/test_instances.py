@@ -9,7 +9,7 @@ from reconciler.objects import GroupObject
 from tests.groups import spec
 
 
-def view(name: str, url: str, *, created_ms: int = 0, deleting: bool = False) -> View:
+def view(name: str, url: str, *, created_ms: int = 0, deleting: bool = False) -> View[GroupObject]:
     group = GroupObject("ci", name, f"uid-{name}", 1, {}, {}, deleting=deleting, created_ms=created_ms)
     return group, spec(gitea={"url": url}), ""
 
