@@ -24,7 +24,7 @@ from datetime import datetime
 from statistics import median
 from typing import Any, Literal
 
-from reconciler.names import job_of_runner
+from reconciler.model.names import job_of_runner
 from tests.e2e.node_stack import NodeStack, wait_for, workflow
 from tests.e2e.watch import RunnerWatch
 

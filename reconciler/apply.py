@@ -24,6 +24,7 @@ from reconciler.gitea_runners import RunnerRows
 from reconciler.kube import Kube, TransientError
 from reconciler.manifests import template_hash
 from reconciler.metrics import Metrics
+from reconciler.model.spec import RunnerGroupSpec
 from reconciler.objects import GroupObject, JobObject, PodObject
 from reconciler.phases import Phase, Runner, classify
 from reconciler.plan import Create, Plan, plan
@@ -31,7 +32,6 @@ from reconciler.registrations import Registrations
 from reconciler.reports import Reports
 from reconciler.seating import Ready, Seating
 from reconciler.settings import Settings
-from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.status import desired_status
 from reconciler.waiting import waiting

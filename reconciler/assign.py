@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reconciler.labels import effective_labels, names
-from reconciler.spec import RunnerGroupSpec
+from reconciler.model.labels import effective_labels, names
+from reconciler.model.spec import RunnerGroupSpec
 from webhook_scaler.store.jobs.model import QueuedJob
 
 _SPECIFICITY = {"repo": 3, "org": 2, "user": 2, "global": 1}

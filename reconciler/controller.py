@@ -28,6 +28,7 @@ from reconciler.informers import caches
 from reconciler.instances import View, one_instance
 from reconciler.kube import Kube
 from reconciler.metrics import Metrics
+from reconciler.model.spec import RunnerGroupSpec
 from reconciler.objects import GroupObject, JobObject, PodObject
 from reconciler.plan import Plan
 from reconciler.poller import Poller
@@ -35,7 +36,6 @@ from reconciler.registrations import Registrations
 from reconciler.reports import Reports
 from reconciler.scheduler import Scheduler, validate
 from reconciler.settings import Settings
-from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.tasks import run_together
 from webhook_scaler.store.jobs.model import QueuedJob

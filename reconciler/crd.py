@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.spec import (
+from reconciler.model.spec import (
     DIND_ARGS_MESSAGE,
     FLAT_REF_MESSAGE,
     GITEA_URL_MESSAGE,

@@ -16,9 +16,9 @@ from reconciler.gitea_runners import RunnerRows, Vetted
 from reconciler.gitea_scopes import registered_spec
 from reconciler.kube import Kube, TransientError
 from reconciler.metrics import Metrics
+from reconciler.model.spec import RunnerGroupSpec
 from reconciler.objects import GroupObject, JobObject
 from reconciler.plan import Delete
-from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from webhook_scaler.store.seats.coordination import Coordination
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reconciler.assign import GroupIndex, group_of
-from reconciler.spec import RunnerGroupSpec
+from reconciler.model.spec import RunnerGroupSpec
 from webhook_scaler.store.jobs.model import QueuedJob
 from webhook_scaler.store.jobs.records import JobStore, queued_job
 

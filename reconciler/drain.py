@@ -16,8 +16,8 @@ import logging
 from reconciler import gitea_ghosts
 from reconciler.gitea_runners import RunnerRows
 from reconciler.kube import Kube, PermanentError
+from reconciler.model.spec import RunnerGroupSpec
 from reconciler.objects import GroupObject, JobObject
-from reconciler.spec import RunnerGroupSpec
 
 log = logging.getLogger(__name__)
 FINALIZER = "gitea.bpg.pw/runners"

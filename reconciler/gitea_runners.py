@@ -39,10 +39,10 @@ from reconciler.gitea_scopes import scope_of, wider
 from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
 from reconciler.kube import Kube, PermanentError, TransientError
 from reconciler.metrics import Metrics
-from reconciler.names import job_of_runner
+from reconciler.model.names import job_of_runner
+from reconciler.model.spec import RunnerGroupSpec
 from reconciler.objects import GroupObject
 from reconciler.plan import Delete
-from reconciler.spec import RunnerGroupSpec
 from webhook_scaler.gitea import ActionRunner
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ from dataclasses import replace
 
 from reconciler.giteaapi import PollScope
 from reconciler.kube import Kube, PermanentError, TransientError
-from reconciler.names import RUNNER_SUFFIX, job_name
+from reconciler.model.names import RUNNER_SUFFIX, job_name
+from reconciler.model.spec import RunnerGroupSpec
 from reconciler.objects import GroupObject
-from reconciler.spec import RunnerGroupSpec
 
 
 async def scope_of(

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Protocol, TypeVar
 from urllib.parse import urlsplit
 
-from reconciler.spec import RunnerGroupSpec
+from reconciler.model.spec import RunnerGroupSpec
 
 
 class Group(Protocol):

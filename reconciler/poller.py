@@ -19,9 +19,9 @@ from reconciler.gitea_runners import RunnerRows
 from reconciler.gitea_scopes import scope_of
 from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
 from reconciler.kube import Kube, PermanentError, TransientError
+from reconciler.model.spec import RunnerGroupSpec
 from reconciler.objects import GroupObject, JobObject
 from reconciler.settings import Settings
-from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.status import Condition, timestamp
 from webhook_scaler.store.jobs.model import ALL, JobUpdate, Scope

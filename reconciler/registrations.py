@@ -19,9 +19,9 @@ from typing import Any
 from reconciler.events import COMPONENT, PROTECTED_SECRET
 from reconciler.gitea_register import Registrar, RegistrationRefused
 from reconciler.kube import CREATED_BY, Kube, PermanentError, TransientError
-from reconciler.labels import effective_labels, label_name
 from reconciler.manifests import credential_secret, runner_file
-from reconciler.spec import RunnerGroupSpec
+from reconciler.model.labels import effective_labels, label_name
+from reconciler.model.spec import RunnerGroupSpec
 from reconciler.status import REGISTRATION_REFUSED
 
 TOKEN_TTL_S = 60.0

@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from reconciler.dind import is_dind
-from reconciler.spec import RunnerGroupSpec
+from reconciler.model.spec import RunnerGroupSpec
 
 _HOST_NAMESPACES = ("hostPID", "hostIPC", "hostNetwork")
 _ACCOUNT_FIELDS = ("serviceAccountName", "serviceAccount")

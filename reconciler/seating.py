@@ -21,12 +21,12 @@ from typing import Any, TypeVar
 from reconciler.egress import DIRECT, Egress
 from reconciler.kube import Kube, PermanentError, TransientError
 from reconciler.manifests import build_job
-from reconciler.names import job_name, runner_name, runner_retry, runner_suffix
+from reconciler.model.names import job_name, runner_name, runner_retry, runner_suffix
+from reconciler.model.spec import RunnerGroupSpec
 from reconciler.objects import GroupObject, JobObject
 from reconciler.plan import Create
 from reconciler.registrations import Registrations
 from reconciler.runner_cache import SECRET_KEY
-from reconciler.spec import RunnerGroupSpec
 from reconciler.state import GroupState
 from reconciler.status import SEAT_EPOCH
 from webhook_scaler.store.seats.coordination import (

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.spec import RunnerGroupSpec
+from reconciler.model.spec import RunnerGroupSpec
 
 
 def spec_dict(**changes: Any) -> dict[str, Any]:

@@ -312,7 +312,7 @@ def fail_job(cluster: KubeCluster, namespace: str, name: str, reason: str = "Bac
 
 
 def runner_of(job: Mapping[str, Any]) -> str:
-    """A runner Job's runner, as Gitea calls it (the name it registers with, see `reconciler.names`)."""
+    """A runner Job's runner, as Gitea calls it (the name it registers with, see `reconciler.model.names`)."""
     return str(job["metadata"]["annotations"]["gitea.bpg.pw/runner-name"])
 
 

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from bench.node import measure
-from reconciler.names import job_of_runner
+from reconciler.model.names import job_of_runner
 from tests.e2e.node_stack import SECRET, TOKENS, NodeStack, wait_for, workflow
 from tests.e2e.watch import RunnerWatch, finished
 from tests.kube_cluster import api_request, api_text, runner_of

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 
 from reconciler.assign import GroupIndex, GroupView, index_groups
 from reconciler.demand import Demand, window
-from reconciler.labels import effective_labels, names
+from reconciler.model.labels import effective_labels, names
 from tests.groups import spec
 from tests.jobs import claim, model
 from tests.redis_server import RedisServer

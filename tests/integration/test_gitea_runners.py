@@ -18,7 +18,7 @@ from reconciler.gitea_scopes import owners, scope_of
 from reconciler.giteaapi import GiteaClient
 from reconciler.kube import Kube
 from reconciler.metrics import Metrics
-from reconciler.names import job_name
+from reconciler.model.names import job_name
 from reconciler.objects import GroupObject, JobObject
 from reconciler.plan import Delete
 from tests.fake_gitea import FakeGitea

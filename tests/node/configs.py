@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-# The host of the images act_runner's default labels run jobs in (reconciler/labels.py).
+# The host of the images act_runner's default labels run jobs in (reconciler/model/labels.py).
 STAND_IN_REGISTRY = "docker.gitea.com"
 # The port on the node's address where a test may serve a registry the kubelet pulls from over plain
 # HTTP (containerd's hosts.toml says so): a release's image and chart (tests/e2e/test_helm.py).

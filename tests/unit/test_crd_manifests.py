@@ -20,10 +20,10 @@ from reconciler.crd import crd
 from reconciler.dind import is_dind
 from reconciler.egress import DIRECT, Egress
 from reconciler.manifests import JOB_ID_ANNOTATION, GroupRef, build_job, credential_secret, runner_file, template_hash
-from reconciler.names import job_name, job_of_runner
+from reconciler.model.names import job_name, job_of_runner
+from reconciler.model.spec import RunnerGroupSpec, parse_duration
 from reconciler.objects import job_from
 from reconciler.runner_cache import RunnerCache
-from reconciler.spec import RunnerGroupSpec, parse_duration
 from tests import groups
 from tests.groups import REFUSED, changed, operator_form, spec_dict
 

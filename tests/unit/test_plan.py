@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reconciler.model.spec import RunnerGroupSpec
 from reconciler.phases import ACTIVE, Phase, Runner, classify
 from reconciler.plan import Create, Delete, plan
-from reconciler.spec import RunnerGroupSpec
 from tests.groups import spec
 from webhook_scaler.store.jobs.model import QueuedJob
 
@@ -317,7 +317,7 @@ def test_properties(situation: tuple[list[QueuedJob], list[Runner], RunnerGroupS
 
 def view(name: str, ns: str = "ci", labels: tuple[str, ...] = ("k8s",), **kw: Any) -> Any:
     from reconciler.assign import GroupView
-    from reconciler.labels import effective_labels, names
+    from reconciler.model.labels import effective_labels, names
 
     s = spec(**kw)
     return GroupView(namespace=ns, name=name, spec=s, label_names=names(effective_labels(labels, s.default_labels)))

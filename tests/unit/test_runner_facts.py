@@ -2,7 +2,7 @@
 
 A runner Job's name comes back once the Job before it is gone (the n-th runner of a job, a group
 recreated); Redis keeps what Gitea said about runners by name for a day. A runner's own name in Gitea
-never comes back (the Job's name and a tag, see `reconciler.names`). For runner Jobs of an earlier
+never comes back (the Job's name and a tag, see `reconciler.model.names`). For runner Jobs of an earlier
 release, named in Gitea like the Job, a fact recorded before the Job was created is about another
 runner."""
 

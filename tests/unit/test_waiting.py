@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
+from reconciler.model.spec import RunnerGroupSpec
 from reconciler.phases import Phase, Runner
 from reconciler.plan import plan
-from reconciler.spec import RunnerGroupSpec
 from reconciler.waiting import REASONS, waiting
 from tests.groups import spec
 from tests.unit.test_plan import NOW, failed, job, runner, situations
