@@ -17,6 +17,11 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 
 from reconciler.admission import Admission
+from reconciler.decide.phases import Phase, Runner, classify
+from reconciler.decide.plan import Create, Plan, plan
+from reconciler.decide.state import GroupState
+from reconciler.decide.status import desired_status
+from reconciler.decide.waiting import waiting
 from reconciler.deletions import Deletions
 from reconciler.disruption import Budgets, report_failures
 from reconciler.egress import DIRECT, Egress
@@ -26,15 +31,10 @@ from reconciler.manifests import template_hash
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.objects import GroupObject, JobObject, PodObject
-from reconciler.phases import Phase, Runner, classify
-from reconciler.plan import Create, Plan, plan
 from reconciler.registrations import Registrations
 from reconciler.reports import Reports
 from reconciler.seating import Ready, Seating
 from reconciler.settings import Settings
-from reconciler.state import GroupState
-from reconciler.status import desired_status
-from reconciler.waiting import waiting
 from webhook_scaler.store.jobs.model import QueuedJob
 from webhook_scaler.store.seats.coordination import Activity, Coordination
 

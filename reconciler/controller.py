@@ -17,7 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from reconciler.apply import GroupPass
-from reconciler.assign import CachedIndex
+from reconciler.decide.assign import CachedIndex
+from reconciler.decide.instances import View, one_instance
+from reconciler.decide.plan import Plan
+from reconciler.decide.state import GroupState
 from reconciler.demand import NONE, Demand
 from reconciler.egress import DIRECT, Egress
 from reconciler.errors import kind_of
@@ -25,18 +28,15 @@ from reconciler.gitea_register import Registrar, registrar_of
 from reconciler.gitea_runners import RunnerRows
 from reconciler.giteaapi import GiteaClient
 from reconciler.informers import caches
-from reconciler.instances import View, one_instance
 from reconciler.kube import Kube
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.objects import GroupObject, JobObject, PodObject
-from reconciler.plan import Plan
 from reconciler.poller import Poller
 from reconciler.registrations import Registrations
 from reconciler.reports import Reports
 from reconciler.scheduler import Scheduler, validate
 from reconciler.settings import Settings
-from reconciler.state import GroupState
 from reconciler.tasks import run_together
 from webhook_scaler.store.jobs.model import QueuedJob
 from webhook_scaler.store.jobs.records import JobStore

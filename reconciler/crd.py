@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from reconciler.decide.waiting import REASONS
 from reconciler.model.spec import (
     DIND_ARGS_MESSAGE,
     FLAT_REF_MESSAGE,
@@ -18,7 +19,6 @@ from reconciler.model.spec import (
     REPO_MESSAGE,
     RunnerGroupSpec,
 )
-from reconciler.waiting import REASONS
 
 GROUP = "gitea.bpg.pw"
 VERSION = "v1alpha1"

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reconciler.assign import GroupIndex, group_of
+from reconciler.decide.assign import GroupIndex, group_of
 from reconciler.model.spec import RunnerGroupSpec
 from webhook_scaler.store.jobs.model import QueuedJob
 from webhook_scaler.store.jobs.records import JobStore, queued_job

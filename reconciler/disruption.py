@@ -18,13 +18,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from reconciler.decide.phases import Phase, Runner
+from reconciler.decide.state import GroupState
+from reconciler.decide.status import registration_failed
 from reconciler.kube import Kube, PermanentError, TransientError
 from reconciler.manifests import GROUP_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from reconciler.metrics import Metrics
 from reconciler.objects import GroupObject, JobObject
-from reconciler.phases import Phase, Runner
-from reconciler.state import GroupState
-from reconciler.status import registration_failed
 from webhook_scaler.store.seats.coordination import Coordination
 
 log = logging.getLogger(__name__)

@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from reconciler.decide.plan import Delete
 from reconciler.gitea_paging import PAGE_SIZE
 from reconciler.gitea_scopes import scope_of, wider
 from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
@@ -42,7 +43,6 @@ from reconciler.metrics import Metrics
 from reconciler.model.names import job_of_runner
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.objects import GroupObject
-from reconciler.plan import Delete
 from webhook_scaler.gitea import ActionRunner
 
 log = logging.getLogger(__name__)

@@ -23,9 +23,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
 
 from reconciler.crd import GROUP, PLURAL, VERSION
+from reconciler.decide.status import SEAT_EPOCH
 from reconciler.events import COMPONENT, FAILED_CREATE_SELECTOR, PROTECTED_SECRET, event_body, refusals
 from reconciler.manifests import GroupRef
-from reconciler.status import SEAT_EPOCH
 
 log = logging.getLogger(__name__)
 CREATED_BY = "app.kubernetes.io/created-by"  # on the Secrets we make (with COMPONENT)

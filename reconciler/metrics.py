@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from reconciler.phases import Phase, Runner
-from reconciler.plan import Plan
-from reconciler.waiting import HELD_IN_GITEA, NO_GROUP
+from reconciler.decide.phases import Phase, Runner
+from reconciler.decide.plan import Plan
+from reconciler.decide.waiting import HELD_IN_GITEA, NO_GROUP
 
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _WAIT = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
@@ -50,7 +50,7 @@ _HELP = {
     "grs_desired_runners": "Runners the group wants after this pass (queued jobs + minIdleRunners, within the cap).",
     "grs_max_runners": "The group's maxActiveRunners.",
     "grs_waiting_jobs": (
-        'Jobs no runner took yet, by why they wait (reconciler/waiting.py); group="": jobs no group has.'
+        'Jobs no runner took yet, by why they wait (reconciler/decide/waiting.py); group="": jobs no group has.'
     ),
     "grs_registration_failures": "Runner Pods that failed before their runner started (their prepare step).",
     "grs_runners_lost": (

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
 from reconciler import gitea_ghosts
+from reconciler.decide.state import GroupState
+from reconciler.decide.status import Condition, timestamp
 from reconciler.gitea_runners import RunnerRows
 from reconciler.gitea_scopes import scope_of
 from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
@@ -22,8 +24,6 @@ from reconciler.kube import Kube, PermanentError, TransientError
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.objects import GroupObject, JobObject
 from reconciler.settings import Settings
-from reconciler.state import GroupState
-from reconciler.status import Condition, timestamp
 from webhook_scaler.store.jobs.model import ALL, JobUpdate, Scope
 from webhook_scaler.store.jobs.records import JobStore
 from webhook_scaler.store.seats.coordination import Coordination

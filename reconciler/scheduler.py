@@ -21,17 +21,17 @@ from pydantic import ValidationError
 
 from reconciler import drain
 from reconciler.apply import GroupPass
+from reconciler.decide.plan import Counts
+from reconciler.decide.state import GroupState
+from reconciler.decide.status import desired_status, pass_fields
 from reconciler.demand import GroupDemand
 from reconciler.errors import kind_of
 from reconciler.kube import Kube
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.objects import GroupObject
-from reconciler.plan import Counts
 from reconciler.runner_policy import RunnerPolicy
 from reconciler.settings import Settings
-from reconciler.state import GroupState
-from reconciler.status import desired_status, pass_fields
 from webhook_scaler.store.jobs.model import QueuedJob
 from webhook_scaler.store.seats.coordination import Coordination
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from reconciler.assign import GroupIndex, GroupView, index_groups
+from reconciler.decide.assign import GroupIndex, GroupView, index_groups
 from reconciler.demand import Demand, window
 from reconciler.model.labels import effective_labels, names
 from tests.groups import spec

@@ -13,6 +13,7 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
 from reconciler import gitea_ghosts
+from reconciler.decide.plan import Delete
 from reconciler.gitea_runners import SETTLE, RunnerRows, Vetted
 from reconciler.gitea_scopes import owners, scope_of
 from reconciler.giteaapi import GiteaClient
@@ -20,7 +21,6 @@ from reconciler.kube import Kube
 from reconciler.metrics import Metrics
 from reconciler.model.names import job_name
 from reconciler.objects import GroupObject, JobObject
-from reconciler.plan import Delete
 from tests.fake_gitea import FakeGitea
 from tests.groups import spec
 

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from reconciler.controller import Controller
+from reconciler.decide.state import GroupState
 from reconciler.egress import DIRECT, Egress
 from reconciler.giteaapi import GiteaClient
 from reconciler.informers import Informer
@@ -33,7 +34,6 @@ from reconciler.metrics import Metrics
 from reconciler.objects import job_from
 from reconciler.runner_cache import RunnerCache
 from reconciler.settings import Settings
-from reconciler.state import GroupState
 from tests.fake_gitea import FakeGitea, FakeRegistrar
 from tests.groups import REFUSED, changed, operator_form, spec_dict
 from tests.groups import spec as spec_model

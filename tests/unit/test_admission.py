@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any, cast
 
 from reconciler.admission import PODLESS_AFTER_MS, RECHECK_MS, WAKE_FOR_MS, Admission
+from reconciler.decide.state import GroupState
 from reconciler.events import refusals
 from reconciler.objects import GroupObject, JobObject, PodObject
-from reconciler.state import GroupState
 
 GROUP = GroupObject("ci", "builders", "uid-g", 1, {}, {})
 T0 = 1_800_000_000_000

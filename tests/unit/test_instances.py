@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.instances import View, instance, one_instance
+from reconciler.decide.instances import View, instance, one_instance
 from reconciler.objects import GroupObject
 from tests.groups import spec
 

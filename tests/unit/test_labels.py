@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.assign import GroupView, assign
+from reconciler.decide.assign import GroupView, assign
 from reconciler.model.labels import DEFAULT_LABELS, effective_labels, label_name, names
 from tests.groups import spec
 from webhook_scaler.store.jobs.model import QueuedJob

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reconciler.decide.phases import ACTIVE, Phase, Runner, classify
+from reconciler.decide.plan import Create, Delete, plan
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.phases import ACTIVE, Phase, Runner, classify
-from reconciler.plan import Create, Delete, plan
 from tests.groups import spec
 from webhook_scaler.store.jobs.model import QueuedJob
 
@@ -316,7 +316,7 @@ def test_properties(situation: tuple[list[QueuedJob], list[Runner], RunnerGroupS
 
 
 def view(name: str, ns: str = "ci", labels: tuple[str, ...] = ("k8s",), **kw: Any) -> Any:
-    from reconciler.assign import GroupView
+    from reconciler.decide.assign import GroupView
     from reconciler.model.labels import effective_labels, names
 
     s = spec(**kw)
@@ -324,7 +324,7 @@ def view(name: str, ns: str = "ci", labels: tuple[str, ...] = ("k8s",), **kw: An
 
 
 def test_assign_prefers_most_specific_scope_then_name() -> None:
-    from reconciler.assign import assign
+    from reconciler.decide.assign import assign
 
     groups = [
         view("global", scope="global"),
@@ -346,7 +346,7 @@ def test_assign_prefers_most_specific_scope_then_name() -> None:
 
 
 def test_the_group_index_is_kept_until_a_spec_changes_or_a_group_comes_or_goes() -> None:
-    from reconciler.assign import CachedIndex, assign
+    from reconciler.decide.assign import CachedIndex, assign
 
     repo, org = spec(scope="repo", repo="acme/w"), spec(scope="org", org="acme")
     cache = CachedIndex()
@@ -362,7 +362,7 @@ def test_the_group_index_is_kept_until_a_spec_changes_or_a_group_comes_or_goes()
 def test_assign_skips_suspended_and_non_matching_labels() -> None:
     from dataclasses import replace
 
-    from reconciler.assign import assign
+    from reconciler.decide.assign import assign
 
     gpu = replace(job(3), labels=("gpu",))
     groups = [
@@ -425,7 +425,7 @@ def assignments(draw: st.DrawFn) -> tuple[list[QueuedJob], list[Any]]:
 
 @given(case=assignments())
 def test_assign_matches_its_definition(case: tuple[list[QueuedJob], list[Any]]) -> None:
-    from reconciler.assign import _SPECIFICITY, assign, covers
+    from reconciler.decide.assign import _SPECIFICITY, assign, covers
 
     jobs, groups = case
     expected: dict[tuple[str, str], list[QueuedJob]] = {(g.namespace, g.name): [] for g in groups}

@@ -8,10 +8,10 @@ from typing import Any, cast
 import pytest
 
 from reconciler import reports as reports_module
+from reconciler.decide.state import GroupState
 from reconciler.manifests import GroupRef
 from reconciler.objects import GroupObject
 from reconciler.reports import Reports
-from reconciler.state import GroupState
 
 A, B = GroupRef("ci", "a", "uid-a"), GroupRef("ci", "b", "uid-b")
 

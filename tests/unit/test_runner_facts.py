@@ -13,8 +13,8 @@ from typing import Any, cast
 import pytest
 
 from reconciler.apply import FACT_SKEW_MS, GroupPass
+from reconciler.decide.phases import Phase
 from reconciler.objects import GroupObject, JobObject, PodObject
-from reconciler.phases import Phase
 from reconciler.settings import Settings
 from webhook_scaler.store.seats.coordination import Activity
 

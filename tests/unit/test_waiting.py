@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
+from reconciler.decide.phases import Phase, Runner
+from reconciler.decide.plan import plan
+from reconciler.decide.waiting import REASONS, waiting
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.phases import Phase, Runner
-from reconciler.plan import plan
-from reconciler.waiting import REASONS, waiting
 from tests.groups import spec
 from tests.unit.test_plan import NOW, failed, job, runner, situations
 from webhook_scaler.store.jobs.model import QueuedJob

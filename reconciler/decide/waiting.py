@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from reconciler.decide.phases import Phase, Runner
+from reconciler.decide.plan import Plan
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.phases import Phase, Runner
-from reconciler.plan import Plan
 
 # Every reason a group's queued job waits for, as the status's `waitingJobs` and the gauge's `reason` name it.
 REASONS = ("runnerStarting", "deleting", "suspended", "refused", "backoff", "maxActiveRunners", "unconfirmed")

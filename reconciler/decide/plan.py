@@ -22,8 +22,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from reconciler.decide.phases import ACTIVE, Phase, Runner
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.phases import ACTIVE, Phase, Runner
 from webhook_scaler.store.jobs.model import QueuedJob
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from reconciler.status import Condition
+from reconciler.decide.status import Condition
 
 
 @dataclass

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
+from reconciler.decide.phases import Runner
+from reconciler.decide.plan import Backoff, Counts
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.phases import Runner
-from reconciler.plan import Backoff, Counts
 
 
 @dataclass(frozen=True, slots=True)
