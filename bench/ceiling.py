@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from reconciler.manifests import GroupRef, build_job
+from reconciler.kube.manifests import GroupRef, build_job
 from reconciler.model.spec import RunnerGroupSpec
 from tests.kube_cluster import ADMIN_TOKEN, KubeCluster, api_request, tls_context
 

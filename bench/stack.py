@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from reconciler.crd import crd
+from reconciler.kube.crd import crd
 from tests.fake_gitea import REGISTRATION_TOKEN, FakeGitea, served
 from tests.kube_cluster import KubeCluster, api_request, apply_crd
 from tests.redis_server import RedisServer, free_port, stop_process, wait_port

@@ -19,11 +19,11 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from reconciler.controller import Controller
-from reconciler.egress import Egress
 from reconciler.giteaapi import GiteaClient
-from reconciler.kube import Kube, api_client
+from reconciler.kube.api import Kube, api_client
+from reconciler.kube.egress import Egress
+from reconciler.kube.runner_cache import RunnerCache
 from reconciler.metrics import Metrics
-from reconciler.runner_cache import RunnerCache
 from reconciler.settings import Settings
 from webhook_scaler import logs
 from webhook_scaler.config import parse_or_exit, unknown

@@ -24,13 +24,13 @@ from reconciler.decide.status import desired_status
 from reconciler.decide.waiting import waiting
 from reconciler.deletions import Deletions
 from reconciler.disruption import Budgets, report_failures
-from reconciler.egress import DIRECT, Egress
 from reconciler.gitea_runners import RunnerRows
-from reconciler.kube import Kube, TransientError
-from reconciler.manifests import template_hash
+from reconciler.kube.api import Kube, TransientError
+from reconciler.kube.egress import DIRECT, Egress
+from reconciler.kube.manifests import template_hash
+from reconciler.kube.objects import GroupObject, JobObject, PodObject
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.objects import GroupObject, JobObject, PodObject
 from reconciler.registrations import Registrations
 from reconciler.reports import Reports
 from reconciler.seating import Ready, Seating

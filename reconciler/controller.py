@@ -22,16 +22,16 @@ from reconciler.decide.instances import View, one_instance
 from reconciler.decide.plan import Plan
 from reconciler.decide.state import GroupState
 from reconciler.demand import NONE, Demand
-from reconciler.egress import DIRECT, Egress
 from reconciler.errors import kind_of
 from reconciler.gitea_register import Registrar, registrar_of
 from reconciler.gitea_runners import RunnerRows
 from reconciler.giteaapi import GiteaClient
-from reconciler.informers import caches
-from reconciler.kube import Kube
+from reconciler.kube.api import Kube
+from reconciler.kube.egress import DIRECT, Egress
+from reconciler.kube.informers import caches
+from reconciler.kube.objects import GroupObject, JobObject, PodObject
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.objects import GroupObject, JobObject, PodObject
 from reconciler.poller import Poller
 from reconciler.registrations import Registrations
 from reconciler.reports import Reports

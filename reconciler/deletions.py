@@ -16,10 +16,10 @@ from reconciler.decide.plan import Delete
 from reconciler.decide.state import GroupState
 from reconciler.gitea_runners import RunnerRows, Vetted
 from reconciler.gitea_scopes import registered_spec
-from reconciler.kube import Kube, TransientError
+from reconciler.kube.api import Kube, TransientError
+from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.objects import GroupObject, JobObject
 from webhook_scaler.store.seats.coordination import Coordination
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ import logging
 
 from reconciler import gitea_ghosts
 from reconciler.gitea_runners import RunnerRows
-from reconciler.kube import Kube, PermanentError
+from reconciler.kube.api import Kube, PermanentError
+from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.objects import GroupObject, JobObject
 
 log = logging.getLogger(__name__)
 FINALIZER = "gitea.bpg.pw/runners"

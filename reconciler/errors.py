@@ -16,7 +16,7 @@ import aiohttp
 from redis.exceptions import RedisClusterException, RedisError
 
 from reconciler.giteaapi import GiteaError
-from reconciler.kube import PermanentError, TransientError
+from reconciler.kube.api import PermanentError, TransientError
 
 Kind = Literal["transient", "permanent"]
 

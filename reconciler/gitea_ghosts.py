@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from reconciler.gitea_runners import RunnerRows
 from reconciler.gitea_scopes import owners, scope_of, wider
 from reconciler.giteaapi import GiteaError, PollScope
+from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.model.names import job_of_runner
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.objects import GroupObject, JobObject
 from webhook_scaler.gitea import ActionRunner
 
 log = logging.getLogger(__name__)

@@ -38,11 +38,11 @@ from reconciler.decide.plan import Delete
 from reconciler.gitea_paging import PAGE_SIZE
 from reconciler.gitea_scopes import scope_of, wider
 from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
-from reconciler.kube import Kube, PermanentError, TransientError
+from reconciler.kube.api import Kube, PermanentError, TransientError
+from reconciler.kube.objects import GroupObject
 from reconciler.metrics import Metrics
 from reconciler.model.names import job_of_runner
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.objects import GroupObject
 from webhook_scaler.gitea import ActionRunner
 
 log = logging.getLogger(__name__)

@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from reconciler.giteaapi import PollScope
-from reconciler.kube import Kube, PermanentError, TransientError
+from reconciler.kube.api import Kube, PermanentError, TransientError
+from reconciler.kube.objects import GroupObject
 from reconciler.model.names import RUNNER_SUFFIX, job_name
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.objects import GroupObject
 
 
 async def scope_of(

@@ -20,9 +20,9 @@ from reconciler.decide.status import Condition, timestamp
 from reconciler.gitea_runners import RunnerRows
 from reconciler.gitea_scopes import scope_of
 from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
-from reconciler.kube import Kube, PermanentError, TransientError
+from reconciler.kube.api import Kube, PermanentError, TransientError
+from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.objects import GroupObject, JobObject
 from reconciler.settings import Settings
 from webhook_scaler.store.jobs.model import ALL, JobUpdate, Scope
 from webhook_scaler.store.jobs.records import JobStore

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from reconciler.decide.status import REGISTRATION_REFUSED
-from reconciler.events import COMPONENT, PROTECTED_SECRET
 from reconciler.gitea_register import Registrar, RegistrationRefused
-from reconciler.kube import CREATED_BY, Kube, PermanentError, TransientError
-from reconciler.manifests import credential_secret, runner_file
+from reconciler.kube.api import CREATED_BY, Kube, PermanentError, TransientError
+from reconciler.kube.events import COMPONENT, PROTECTED_SECRET
+from reconciler.kube.manifests import credential_secret, runner_file
 from reconciler.model.labels import effective_labels, label_name
 from reconciler.model.spec import RunnerGroupSpec
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from reconciler.decide.state import GroupState
 from reconciler.decide.status import pass_fields
-from reconciler.kube import Kube
-from reconciler.manifests import GroupRef
-from reconciler.objects import GroupObject
+from reconciler.kube.api import Kube
+from reconciler.kube.manifests import GroupRef
+from reconciler.kube.objects import GroupObject
 
 MAX_DELAY = 10.0  # seconds an Event or a count-only status write waits at most for the creates
 STATUS_INTERVAL = 1.0  # seconds between status writes that only change counts

@@ -26,11 +26,11 @@ from reconciler.decide.state import GroupState
 from reconciler.decide.status import desired_status, pass_fields
 from reconciler.demand import GroupDemand
 from reconciler.errors import kind_of
-from reconciler.kube import Kube
+from reconciler.kube.api import Kube
+from reconciler.kube.objects import GroupObject
+from reconciler.kube.runner_policy import RunnerPolicy
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.objects import GroupObject
-from reconciler.runner_policy import RunnerPolicy
 from reconciler.settings import Settings
 from webhook_scaler.store.jobs.model import QueuedJob
 from webhook_scaler.store.seats.coordination import Coordination

@@ -21,14 +21,14 @@ from typing import Any, TypeVar
 from reconciler.decide.plan import Create
 from reconciler.decide.state import GroupState
 from reconciler.decide.status import SEAT_EPOCH
-from reconciler.egress import DIRECT, Egress
-from reconciler.kube import Kube, PermanentError, TransientError
-from reconciler.manifests import build_job
+from reconciler.kube.api import Kube, PermanentError, TransientError
+from reconciler.kube.egress import DIRECT, Egress
+from reconciler.kube.manifests import build_job
+from reconciler.kube.objects import GroupObject, JobObject
+from reconciler.kube.runner_cache import SECRET_KEY
 from reconciler.model.names import job_name, runner_name, runner_retry, runner_suffix
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.objects import GroupObject, JobObject
 from reconciler.registrations import Registrations
-from reconciler.runner_cache import SECRET_KEY
 from webhook_scaler.store.seats.coordination import (
     ABANDONED_AFTER_S,
     CLAIM_PENDING_S,

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from reconciler.runner_policy import RunnerPolicy
+from reconciler.kube.runner_policy import RunnerPolicy
 from webhook_scaler.settings import RedisSettings
 
 

@@ -14,7 +14,7 @@ import fakeredis
 import pytest
 from redis.asyncio import Redis
 
-from reconciler.crd import crd
+from reconciler.kube.crd import crd
 from tests import fake_gitea
 from tests.kube_cluster import KubeCluster, apply_crd
 from tests.order import VARIABLE, arranged

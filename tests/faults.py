@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
-from reconciler.manifests import GROUP_LABEL
+from reconciler.kube.manifests import GROUP_LABEL
 from tests.e2e.watch import RunnerWatch
 from tests.fake_gitea import REGISTRATION_TOKEN, FakeGitea
 from tests.jobs import payload, signed

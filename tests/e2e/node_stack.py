@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from reconciler.crd import crd
+from reconciler.kube.crd import crd
 from tests.e2e.harness import Gitea, Service, deliveries, our_services
 from tests.e2e.watch import finished
 from tests.kube_cluster import api_request, apply_crd

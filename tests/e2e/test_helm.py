@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 import yaml
 
-from reconciler.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, RUNNER_ANNOTATION
+from reconciler.kube.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, RUNNER_ANNOTATION
 from tests.e2e import actions
 from tests.e2e.helm_release import ROOT, chart_stack, helm_home, published
 from tests.e2e.node_stack import NodeStack, start_gitea, wait_for, workflow

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.manifests import GROUP_LABEL, JOB_ID_ANNOTATION
+from reconciler.kube.manifests import GROUP_LABEL, JOB_ID_ANNOTATION
 from tests.e2e.helm_release import ROOT, VERSION, chart_stack, helm_home, published
 from tests.e2e.node_stack import NodeStack, start_gitea, wait_for
 from tests.kube_cluster import api_request, peer

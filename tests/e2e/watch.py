@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from reconciler.manifests import GROUP_LABEL
+from reconciler.kube.manifests import GROUP_LABEL
 from tests.kube_cluster import ADMIN_TOKEN, KubeCluster, api_request, tls_context
 
 Handler = Callable[[str, dict[str, Any]], None]

@@ -24,8 +24,8 @@ import pytest
 import yaml
 from redis.asyncio import Redis
 
-from reconciler import crd_apply, secrets
-from reconciler.crd import crd
+from reconciler.kube import crd_apply, secrets
+from reconciler.kube.crd import crd
 from tests.e2e.node_stack import wait_for
 from tests.groups import spec_dict
 from tests.integration.test_reconciler import (

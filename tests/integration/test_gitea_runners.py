@@ -17,10 +17,10 @@ from reconciler.decide.plan import Delete
 from reconciler.gitea_runners import SETTLE, RunnerRows, Vetted
 from reconciler.gitea_scopes import owners, scope_of
 from reconciler.giteaapi import GiteaClient
-from reconciler.kube import Kube
+from reconciler.kube.api import Kube
+from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.metrics import Metrics
 from reconciler.model.names import job_name
-from reconciler.objects import GroupObject, JobObject
 from tests.fake_gitea import FakeGitea
 from tests.groups import spec
 

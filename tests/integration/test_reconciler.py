@@ -25,14 +25,14 @@ from redis.asyncio import Redis
 
 from reconciler.controller import Controller
 from reconciler.decide.state import GroupState
-from reconciler.egress import DIRECT, Egress
 from reconciler.giteaapi import GiteaClient
-from reconciler.informers import Informer
-from reconciler.kube import Kube, api_client
-from reconciler.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, GroupRef, build_job
+from reconciler.kube.api import Kube, api_client
+from reconciler.kube.egress import DIRECT, Egress
+from reconciler.kube.informers import Informer
+from reconciler.kube.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, GroupRef, build_job
+from reconciler.kube.objects import job_from
+from reconciler.kube.runner_cache import RunnerCache
 from reconciler.metrics import Metrics
-from reconciler.objects import job_from
-from reconciler.runner_cache import RunnerCache
 from reconciler.settings import Settings
 from tests.fake_gitea import FakeGitea, FakeRegistrar
 from tests.groups import REFUSED, changed, operator_form, spec_dict

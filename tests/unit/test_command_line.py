@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from reconciler.kube import api_client
+from reconciler.kube.api import api_client
 from reconciler.settings import Settings as ReconcilerSettings
 from webhook_scaler.config import variables
 from webhook_scaler.settings import Settings as ReceiverSettings

@@ -15,15 +15,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from reconciler import manifests
-from reconciler.crd import crd
-from reconciler.dind import is_dind
-from reconciler.egress import DIRECT, Egress
-from reconciler.manifests import JOB_ID_ANNOTATION, GroupRef, build_job, credential_secret, runner_file, template_hash
+from reconciler.kube import manifests
+from reconciler.kube.crd import crd
+from reconciler.kube.dind import is_dind
+from reconciler.kube.egress import DIRECT, Egress
+from reconciler.kube.manifests import (
+    JOB_ID_ANNOTATION,
+    GroupRef,
+    build_job,
+    credential_secret,
+    runner_file,
+    template_hash,
+)
+from reconciler.kube.objects import job_from
+from reconciler.kube.runner_cache import RunnerCache
 from reconciler.model.names import job_name, job_of_runner
 from reconciler.model.spec import RunnerGroupSpec, parse_duration
-from reconciler.objects import job_from
-from reconciler.runner_cache import RunnerCache
 from tests import groups
 from tests.groups import REFUSED, changed, operator_form, spec_dict
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from reconciler.__main__ import egress
-from reconciler.egress import Egress
-from reconciler.runner_cache import RunnerCache
+from reconciler.kube.egress import Egress
+from reconciler.kube.runner_cache import RunnerCache
 from reconciler.settings import Settings
 from tests.node.pki import Authority
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reconciler.decide.instances import View, instance, one_instance
-from reconciler.objects import GroupObject
+from reconciler.kube.objects import GroupObject
 from tests.groups import spec
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reconciler.egress import DIRECT, Egress
-from reconciler.manifests import PREPARE_SCRIPT
-from reconciler.runner_cache import RunnerCache
+from reconciler.kube.egress import DIRECT, Egress
+from reconciler.kube.manifests import PREPARE_SCRIPT
+from reconciler.kube.runner_cache import RunnerCache
 
 CREDENTIAL = '{"id": 7, "uuid": "u-7", "name": "builders-7-ab12", "token": "runner-own-token"}\n'
 

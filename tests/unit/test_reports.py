@@ -9,8 +9,8 @@ import pytest
 
 from reconciler import reports as reports_module
 from reconciler.decide.state import GroupState
-from reconciler.manifests import GroupRef
-from reconciler.objects import GroupObject
+from reconciler.kube.manifests import GroupRef
+from reconciler.kube.objects import GroupObject
 from reconciler.reports import Reports
 
 A, B = GroupRef("ci", "a", "uid-a"), GroupRef("ci", "b", "uid-b")

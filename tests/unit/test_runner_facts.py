@@ -14,7 +14,7 @@ import pytest
 
 from reconciler.apply import FACT_SKEW_MS, GroupPass
 from reconciler.decide.phases import Phase
-from reconciler.objects import GroupObject, JobObject, PodObject
+from reconciler.kube.objects import GroupObject, JobObject, PodObject
 from reconciler.settings import Settings
 from webhook_scaler.store.seats.coordination import Activity
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.runner_policy import RunnerPolicy
+from reconciler.kube.runner_policy import RunnerPolicy
 from reconciler.scheduler import validate
 from reconciler.settings import Settings
 from tests.groups import spec, spec_dict

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from reconciler.dind import is_dind
+from reconciler.kube.dind import is_dind
 from reconciler.model.spec import RunnerGroupSpec
 
 _HOST_NAMESPACES = ("hostPID", "hostIPC", "hostNetwork")

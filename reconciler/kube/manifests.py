@@ -25,13 +25,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.crd import API_VERSION, KIND
-from reconciler.dind import add_dind_sidecar, add_rootless_storage, is_dind, is_rootless_dind
-from reconciler.egress import DIRECT, WRITE_CA, Egress, owned_names
+from reconciler.kube.crd import API_VERSION, KIND
+from reconciler.kube.dind import add_dind_sidecar, add_rootless_storage, is_dind, is_rootless_dind
+from reconciler.kube.egress import DIRECT, WRITE_CA, Egress, owned_names
+from reconciler.kube.runner_cache import CONFIG_FILE, WRITE_CONFIG
 from reconciler.model.labels import effective_labels
 from reconciler.model.names import runner_name
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.runner_cache import CONFIG_FILE, WRITE_CONFIG
 
 GROUP_LABEL = "gitea.bpg.pw/runnergroup-name"
 MANAGED_BY_LABEL = "gitea.bpg.pw/managed-by"

@@ -17,10 +17,10 @@ from typing import Any, Generic, TypeVar
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from reconciler.crd import GROUP, PLURAL, VERSION
-from reconciler.kube import REQUEST_TIMEOUT, Kube
-from reconciler.manifests import SELECTOR
-from reconciler.objects import GroupObject, JobObject, PodObject, group_from, job_from, pod_from
+from reconciler.kube.api import REQUEST_TIMEOUT, Kube
+from reconciler.kube.crd import GROUP, PLURAL, VERSION
+from reconciler.kube.manifests import SELECTOR
+from reconciler.kube.objects import GroupObject, JobObject, PodObject, group_from, job_from, pod_from
 from reconciler.tasks import run_together
 
 log = logging.getLogger(__name__)

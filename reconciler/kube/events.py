@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from reconciler.crd import GROUP, VERSION
-from reconciler.manifests import GroupRef
+from reconciler.kube.crd import GROUP, VERSION
+from reconciler.kube.manifests import GroupRef
 
 COMPONENT = "gitea-runner-scaler"
 # Why a Secret of the install (named in GRS_PROTECTED_SECRETS, or made by us) is refused to a group.

@@ -22,10 +22,10 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.client.rest import RESTResponse
 
-from reconciler.crd import GROUP, PLURAL, VERSION
 from reconciler.decide.status import SEAT_EPOCH
-from reconciler.events import COMPONENT, FAILED_CREATE_SELECTOR, PROTECTED_SECRET, event_body, refusals
-from reconciler.manifests import GroupRef
+from reconciler.kube.crd import GROUP, PLURAL, VERSION
+from reconciler.kube.events import COMPONENT, FAILED_CREATE_SELECTOR, PROTECTED_SECRET, event_body, refusals
+from reconciler.kube.manifests import GroupRef
 
 log = logging.getLogger(__name__)
 CREATED_BY = "app.kubernetes.io/created-by"  # on the Secrets we make (with COMPONENT)

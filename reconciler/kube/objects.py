@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from reconciler.manifests import (
+from reconciler.kube.manifests import (
     GROUP_LABEL,
     JOB_ID_ANNOTATION,
     REGISTERED_ANNOTATION,

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.runner_cache import RunnerCache
+from reconciler.kube.runner_cache import RunnerCache
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 CA_ENV = "GRS_CA_CERTS"  # the register step's copy of the certificates (PEM)
