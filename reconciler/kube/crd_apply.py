@@ -23,7 +23,7 @@ from reconciler.kube.crd import crd
 from webhook_scaler import logs
 from webhook_scaler.config import version
 
-log = logging.getLogger("reconciler.kube.crd_apply")
+log = logging.getLogger("reconciler.crd_apply")
 VERSION_ANNOTATION = "gitea.bpg.pw/applied-by-version"
 FIELD_MANAGER = "gitea-runner-scaler"
 ATTEMPTS = 5
@@ -85,12 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; exit 0 when the CRD is current, 1 on an API error, 2 on arguments."""
     logs.setup(level="INFO", fmt="json")
     if list(sys.argv[1:] if argv is None else argv):
-        print("reconciler.kube.crd_apply: takes no arguments", file=sys.stderr)
+        print("reconciler.crd_apply: takes no arguments", file=sys.stderr)
         return 2
     try:
         outcome = asyncio.run(run())
     except (PermanentError, TransientError) as exc:
-        print(f"reconciler.kube.crd_apply: {exc}", file=sys.stderr)
+        print(f"reconciler.crd_apply: {exc}", file=sys.stderr)
         return 1
     log.info("RunnerGroup CRD", extra={"outcome": outcome})
     return 0

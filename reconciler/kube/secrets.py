@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from reconciler.kube.api import Kube, PermanentError, TransientError, api_client
 from webhook_scaler import logs
 
-log = logging.getLogger("reconciler.kube.secrets")
+log = logging.getLogger("reconciler.secrets")
 ATTEMPTS = 5
 
 
@@ -61,12 +61,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         namespace, wanted = parse(sys.argv[1:] if argv is None else argv)
     except ValueError as exc:
-        print(f"reconciler.kube.secrets: {exc}", file=sys.stderr)
+        print(f"reconciler.secrets: {exc}", file=sys.stderr)
         return 2
     try:
         asyncio.run(ensure(namespace, wanted))
     except (PermanentError, TransientError) as exc:
-        print(f"reconciler.kube.secrets: {exc}", file=sys.stderr)
+        print(f"reconciler.secrets: {exc}", file=sys.stderr)
         return 1
     return 0
 
