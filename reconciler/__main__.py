@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from reconciler.controller import Controller
-from reconciler.giteaapi import GiteaClient
+from reconciler.gitea.api import GiteaClient
 from reconciler.kube.api import Kube, api_client
 from reconciler.kube.egress import Egress
 from reconciler.kube.runner_cache import RunnerCache

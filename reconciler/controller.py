@@ -23,9 +23,9 @@ from reconciler.decide.plan import Plan
 from reconciler.decide.state import GroupState
 from reconciler.demand import NONE, Demand
 from reconciler.errors import kind_of
-from reconciler.gitea_register import Registrar, registrar_of
+from reconciler.gitea.api import GiteaClient
+from reconciler.gitea.register import Registrar, registrar_of
 from reconciler.gitea_runners import RunnerRows
-from reconciler.giteaapi import GiteaClient
 from reconciler.kube.api import Kube
 from reconciler.kube.egress import DIRECT, Egress
 from reconciler.kube.informers import caches

@@ -15,7 +15,7 @@ from typing import Literal
 import aiohttp
 from redis.exceptions import RedisClusterException, RedisError
 
-from reconciler.giteaapi import GiteaError
+from reconciler.gitea.api import GiteaError
 from reconciler.kube.api import PermanentError, TransientError
 
 Kind = Literal["transient", "permanent"]

@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
+from reconciler.gitea.api import GiteaError, PollScope
 from reconciler.gitea_runners import RunnerRows
 from reconciler.gitea_scopes import owners, scope_of, wider
-from reconciler.giteaapi import GiteaError, PollScope
 from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.model.names import job_of_runner
 from reconciler.model.spec import RunnerGroupSpec

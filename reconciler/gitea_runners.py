@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from reconciler.decide.plan import Delete
-from reconciler.gitea_paging import PAGE_SIZE
+from reconciler.gitea.api import GiteaClient, GiteaError, PollScope
+from reconciler.gitea.paging import PAGE_SIZE
 from reconciler.gitea_scopes import scope_of, wider
-from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
 from reconciler.kube.api import Kube, PermanentError, TransientError
 from reconciler.kube.objects import GroupObject
 from reconciler.metrics import Metrics

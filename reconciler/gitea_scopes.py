@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from reconciler.giteaapi import PollScope
+from reconciler.gitea.api import PollScope
 from reconciler.kube.api import Kube, PermanentError, TransientError
 from reconciler.kube.objects import GroupObject
 from reconciler.model.names import RUNNER_SUFFIX, job_name

@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from reconciler import gitea_ghosts
 from reconciler.decide.state import GroupState
 from reconciler.decide.status import Condition, timestamp
+from reconciler.gitea.api import GiteaClient, GiteaError, PollScope
 from reconciler.gitea_runners import RunnerRows
 from reconciler.gitea_scopes import scope_of
-from reconciler.giteaapi import GiteaClient, GiteaError, PollScope
 from reconciler.kube.api import Kube, PermanentError, TransientError
 from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.model.spec import RunnerGroupSpec

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reconciler.decide.status import REGISTRATION_REFUSED
-from reconciler.gitea_register import Registrar, RegistrationRefused
+from reconciler.gitea.register import Registrar, RegistrationRefused
 from reconciler.kube.api import CREATED_BY, Kube, PermanentError, TransientError
 from reconciler.kube.events import COMPONENT, PROTECTED_SECRET
 from reconciler.kube.manifests import credential_secret, runner_file

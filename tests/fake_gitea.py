@@ -27,7 +27,7 @@ from typing import Any, cast
 import jsonschema
 from aiohttp import web
 
-from reconciler.gitea_register import Registrar, Registration, RegistrationRefused
+from reconciler.gitea.register import Registrar, Registration, RegistrationRefused
 from tests.redis_server import free_port
 
 DATA = Path(__file__).parent / "data" / "gitea"

@@ -10,8 +10,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from reconciler.gitea_register import Registrar, Registration, RegistrationRefused, _registration
-from reconciler.giteaapi import GiteaError
+from reconciler.gitea.api import GiteaError
+from reconciler.gitea.register import Registrar, Registration, RegistrationRefused, _registration
 from tests.fake_gitea import REGISTRATION_TOKEN, FakeGitea
 from tests.redis_server import free_port
 

@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry
 
 from reconciler import gitea_ghosts
 from reconciler.decide.plan import Delete
+from reconciler.gitea.api import GiteaClient
 from reconciler.gitea_runners import SETTLE, RunnerRows, Vetted
 from reconciler.gitea_scopes import owners, scope_of
-from reconciler.giteaapi import GiteaClient
 from reconciler.kube.api import Kube
 from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.metrics import Metrics

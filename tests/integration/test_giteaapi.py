@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from reconciler.giteaapi import GiteaClient, GiteaError, PollScope, _fitting_jobs
+from reconciler.gitea.api import GiteaClient, GiteaError, PollScope, _fitting_jobs
 from tests.fake_gitea import FakeGitea, SwaggerValidator
 
 MakeServer = Callable[[web.Application], Awaitable[TestServer]]

@@ -25,7 +25,7 @@ from redis.asyncio import Redis
 
 from reconciler.controller import Controller
 from reconciler.decide.state import GroupState
-from reconciler.giteaapi import GiteaClient
+from reconciler.gitea.api import GiteaClient
 from reconciler.kube.api import Kube, api_client
 from reconciler.kube.egress import DIRECT, Egress
 from reconciler.kube.informers import Informer

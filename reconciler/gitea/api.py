@@ -18,7 +18,7 @@ from urllib.parse import quote
 import aiohttp
 from pydantic import ValidationError
 
-from reconciler.gitea_paging import PAGE_SIZE, Pages, walk
+from reconciler.gitea.paging import PAGE_SIZE, Pages, walk
 from webhook_scaler.gitea import ActionRunner, ActionRunnersResponse, RepositoryRef, WorkflowJob, WorkflowJobsResponse
 
 log = logging.getLogger(__name__)

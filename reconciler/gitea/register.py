@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from reconciler.giteaapi import GiteaClient, GiteaError
+from reconciler.gitea.api import GiteaClient, GiteaError
 from webhook_scaler.config import DISTRIBUTION, version
 
 PATH = "/api/actions/runner.v1.RunnerService/Register"
