@@ -18,11 +18,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from reconciler.controller import Controller
 from reconciler.gitea.api import GiteaClient
 from reconciler.kube.api import Kube, api_client
 from reconciler.kube.egress import Egress
 from reconciler.kube.runner_cache import RunnerCache
+from reconciler.loop.controller import Controller
 from reconciler.metrics import Metrics
 from reconciler.settings import Settings
 from webhook_scaler import logs

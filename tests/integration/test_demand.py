@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from reconciler.decide.assign import GroupIndex, GroupView, index_groups
-from reconciler.demand import Demand, window
+from reconciler.loop.demand import Demand, window
 from reconciler.model.labels import effective_labels, names
 from tests.groups import spec
 from tests.jobs import claim, model

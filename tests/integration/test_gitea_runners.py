@@ -12,13 +12,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
-from reconciler import gitea_ghosts
 from reconciler.decide.plan import Delete
 from reconciler.gitea.api import GiteaClient
-from reconciler.gitea_runners import SETTLE, RunnerRows, Vetted
-from reconciler.gitea_scopes import owners, scope_of
 from reconciler.kube.api import Kube
 from reconciler.kube.objects import GroupObject, JobObject
+from reconciler.loop import gitea_ghosts
+from reconciler.loop.gitea_runners import SETTLE, RunnerRows, Vetted
+from reconciler.loop.gitea_scopes import owners, scope_of
 from reconciler.metrics import Metrics
 from reconciler.model.names import job_name
 from tests.fake_gitea import FakeGitea

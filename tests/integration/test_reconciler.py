@@ -23,7 +23,6 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from reconciler.controller import Controller
 from reconciler.decide.state import GroupState
 from reconciler.gitea.api import GiteaClient
 from reconciler.kube.api import Kube, api_client
@@ -32,6 +31,7 @@ from reconciler.kube.informers import Informer
 from reconciler.kube.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, GroupRef, build_job
 from reconciler.kube.objects import job_from
 from reconciler.kube.runner_cache import RunnerCache
+from reconciler.loop.controller import Controller
 from reconciler.metrics import Metrics
 from reconciler.settings import Settings
 from tests.fake_gitea import FakeGitea, FakeRegistrar

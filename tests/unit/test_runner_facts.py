@@ -12,9 +12,9 @@ from typing import Any, cast
 
 import pytest
 
-from reconciler.apply import FACT_SKEW_MS, GroupPass
 from reconciler.decide.phases import Phase
 from reconciler.kube.objects import GroupObject, JobObject, PodObject
+from reconciler.loop.apply import FACT_SKEW_MS, GroupPass
 from reconciler.settings import Settings
 from webhook_scaler.store.seats.coordination import Activity
 

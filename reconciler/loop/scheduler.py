@@ -19,16 +19,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from reconciler import drain
-from reconciler.apply import GroupPass
 from reconciler.decide.plan import Counts
 from reconciler.decide.state import GroupState
 from reconciler.decide.status import desired_status, pass_fields
-from reconciler.demand import GroupDemand
-from reconciler.errors import kind_of
 from reconciler.kube.api import Kube
 from reconciler.kube.objects import GroupObject
 from reconciler.kube.runner_policy import RunnerPolicy
+from reconciler.loop import drain
+from reconciler.loop.apply import GroupPass
+from reconciler.loop.demand import GroupDemand
+from reconciler.loop.errors import kind_of
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.settings import Settings

@@ -37,9 +37,9 @@ from types import MappingProxyType
 from reconciler.decide.plan import Delete
 from reconciler.gitea.api import GiteaClient, GiteaError, PollScope
 from reconciler.gitea.paging import PAGE_SIZE
-from reconciler.gitea_scopes import scope_of, wider
 from reconciler.kube.api import Kube, PermanentError, TransientError
 from reconciler.kube.objects import GroupObject
+from reconciler.loop.gitea_scopes import scope_of, wider
 from reconciler.metrics import Metrics
 from reconciler.model.names import job_of_runner
 from reconciler.model.spec import RunnerGroupSpec

@@ -16,24 +16,24 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 
-from reconciler.admission import Admission
 from reconciler.decide.phases import Phase, Runner, classify
 from reconciler.decide.plan import Create, Plan, plan
 from reconciler.decide.state import GroupState
 from reconciler.decide.status import desired_status
 from reconciler.decide.waiting import waiting
-from reconciler.deletions import Deletions
-from reconciler.disruption import Budgets, report_failures
-from reconciler.gitea_runners import RunnerRows
 from reconciler.kube.api import Kube, TransientError
 from reconciler.kube.egress import DIRECT, Egress
 from reconciler.kube.manifests import template_hash
 from reconciler.kube.objects import GroupObject, JobObject, PodObject
+from reconciler.loop.admission import Admission
+from reconciler.loop.deletions import Deletions
+from reconciler.loop.disruption import Budgets, report_failures
+from reconciler.loop.gitea_runners import RunnerRows
+from reconciler.loop.registrations import Registrations
+from reconciler.loop.reports import Reports
+from reconciler.loop.seating import Ready, Seating
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.registrations import Registrations
-from reconciler.reports import Reports
-from reconciler.seating import Ready, Seating
 from reconciler.settings import Settings
 from webhook_scaler.store.jobs.model import QueuedJob
 from webhook_scaler.store.seats.coordination import Activity, Coordination

@@ -26,9 +26,9 @@ from reconciler.kube.egress import DIRECT, Egress
 from reconciler.kube.manifests import build_job
 from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.kube.runner_cache import SECRET_KEY
+from reconciler.loop.registrations import Registrations
 from reconciler.model.names import job_name, runner_name, runner_retry, runner_suffix
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.registrations import Registrations
 from webhook_scaler.store.seats.coordination import (
     ABANDONED_AFTER_S,
     CLAIM_PENDING_S,

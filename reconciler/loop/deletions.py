@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from reconciler import drain
 from reconciler.decide.plan import Delete
 from reconciler.decide.state import GroupState
-from reconciler.gitea_runners import RunnerRows, Vetted
-from reconciler.gitea_scopes import registered_spec
 from reconciler.kube.api import Kube, TransientError
 from reconciler.kube.objects import GroupObject, JobObject
+from reconciler.loop import drain
+from reconciler.loop.gitea_runners import RunnerRows, Vetted
+from reconciler.loop.gitea_scopes import registered_spec
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from webhook_scaler.store.seats.coordination import Coordination

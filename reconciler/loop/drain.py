@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import logging
 
-from reconciler import gitea_ghosts
-from reconciler.gitea_runners import RunnerRows
 from reconciler.kube.api import Kube, PermanentError
 from reconciler.kube.objects import GroupObject, JobObject
+from reconciler.loop import gitea_ghosts
+from reconciler.loop.gitea_runners import RunnerRows
 from reconciler.model.spec import RunnerGroupSpec
 
 log = logging.getLogger(__name__)

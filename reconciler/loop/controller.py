@@ -16,26 +16,26 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from reconciler.apply import GroupPass
 from reconciler.decide.assign import CachedIndex
 from reconciler.decide.instances import View, one_instance
 from reconciler.decide.plan import Plan
 from reconciler.decide.state import GroupState
-from reconciler.demand import NONE, Demand
-from reconciler.errors import kind_of
 from reconciler.gitea.api import GiteaClient
 from reconciler.gitea.register import Registrar, registrar_of
-from reconciler.gitea_runners import RunnerRows
 from reconciler.kube.api import Kube
 from reconciler.kube.egress import DIRECT, Egress
 from reconciler.kube.informers import caches
 from reconciler.kube.objects import GroupObject, JobObject, PodObject
+from reconciler.loop.apply import GroupPass
+from reconciler.loop.demand import NONE, Demand
+from reconciler.loop.errors import kind_of
+from reconciler.loop.gitea_runners import RunnerRows
+from reconciler.loop.poller import Poller
+from reconciler.loop.registrations import Registrations
+from reconciler.loop.reports import Reports
+from reconciler.loop.scheduler import Scheduler, validate
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
-from reconciler.poller import Poller
-from reconciler.registrations import Registrations
-from reconciler.reports import Reports
-from reconciler.scheduler import Scheduler, validate
 from reconciler.settings import Settings
 from reconciler.tasks import run_together
 from webhook_scaler.store.jobs.model import QueuedJob

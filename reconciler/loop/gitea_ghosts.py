@@ -18,9 +18,9 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from reconciler.gitea.api import GiteaError, PollScope
-from reconciler.gitea_runners import RunnerRows
-from reconciler.gitea_scopes import owners, scope_of, wider
 from reconciler.kube.objects import GroupObject, JobObject
+from reconciler.loop.gitea_runners import RunnerRows
+from reconciler.loop.gitea_scopes import owners, scope_of, wider
 from reconciler.model.names import job_of_runner
 from reconciler.model.spec import RunnerGroupSpec
 from webhook_scaler.gitea import ActionRunner

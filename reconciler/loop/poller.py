@@ -14,14 +14,14 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
-from reconciler import gitea_ghosts
 from reconciler.decide.state import GroupState
 from reconciler.decide.status import Condition, timestamp
 from reconciler.gitea.api import GiteaClient, GiteaError, PollScope
-from reconciler.gitea_runners import RunnerRows
-from reconciler.gitea_scopes import scope_of
 from reconciler.kube.api import Kube, PermanentError, TransientError
 from reconciler.kube.objects import GroupObject, JobObject
+from reconciler.loop import gitea_ghosts
+from reconciler.loop.gitea_runners import RunnerRows
+from reconciler.loop.gitea_scopes import scope_of
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.settings import Settings
 from webhook_scaler.store.jobs.model import ALL, JobUpdate, Scope
