@@ -24,12 +24,18 @@ that touches several is legal there.
 | `{p}:alive:{process}`            | string | a reconciler process is alive (its heartbeat)        | liveness TTL      |
 
 The first ten are the receiver's job records (`jobs.records`); the rest are the reconciler's
-coordination (`seats.coordination`). Times are Redis' own clock (`TIME`).
+coordination (`seats.coordination`). Times are Redis' own clock (`TIME`, read by `NOW`).
 """
 
 from __future__ import annotations
 
 from webhook_scaler.store.jobs.model import ALL, Scope
+
+# Redis' clock in milliseconds; every script of either half that orders or expires anything starts with it.
+NOW = """
+local _t = redis.call('TIME')
+local now = tonumber(_t[1]) * 1000 + math.floor(tonumber(_t[2]) / 1000)
+"""
 
 
 class Keys:

@@ -3,17 +3,13 @@
 Owns only the script texts; `records` (the receiver's job records) runs them, as `seats.coordination`
 runs the reconciler's claims, leases and seats from `seats.scripts`. Every script declares every key
 it touches in KEYS, and all keys share one hash tag, so each script touches one Redis Cluster slot.
-Every ordering and expiry decision reads the server's clock (`TIME`), never a caller's: replicas whose clocks disagree
-still agree on what came first.
+Every ordering and expiry decision reads the server's clock (`keys.NOW`), never a caller's: replicas
+whose clocks disagree still agree on what came first.
 """
 
 from __future__ import annotations
 
-# Redis' clock in milliseconds; every script that orders or expires anything starts with it.
-NOW = """
-local _t = redis.call('TIME')
-local now = tonumber(_t[1]) * 1000 + math.floor(tonumber(_t[2]) / 1000)
-"""
+from webhook_scaler.store.keys import NOW
 
 # KEYS: job, delivery (a key under the hash tag even when there is no delivery id), idx all, idx owner,
 #   idx repo, claim, stream, busy, done, observations, waiting, runner binding

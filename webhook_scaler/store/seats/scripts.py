@@ -6,7 +6,7 @@ declares every key it touches in KEYS under the one hash tag, and reads the serv
 
 from __future__ import annotations
 
-from webhook_scaler.store.jobs.scripts import NOW
+from webhook_scaler.store.keys import NOW
 
 # KEYS: a claim or a lease; ARGV: holder
 RELEASE = """
