@@ -1,4 +1,5 @@
-"""giteaapi.py against the fake Gitea, whose every answer is checked against Gitea's OpenAPI spec."""
+"""The Gitea client (`reconciler/gitea/api.py`) against the fake Gitea,
+whose every answer is checked against Gitea's OpenAPI spec."""
 
 from __future__ import annotations
 
