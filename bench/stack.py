@@ -56,6 +56,8 @@ class Deliveries:
         owner, name = repo.split("/")
         body["workflow_job"]["url"] = f"https://gitea.example.com/api/v1/repos/{repo}/actions/jobs/{job_id}"
         body["workflow_job"]["labels"] = list(labels)
+        # created now, as Gitea would send it (an older job's `queued` is taken for a replay)
+        body["workflow_job"]["created_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         body["repository"]["full_name"] = repo
         body["repository"]["name"] = name
         body["repository"]["owner"]["login"] = owner

@@ -6,7 +6,9 @@ import copy
 import hashlib
 import hmac
 import json
+import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +31,14 @@ def payload(
     labels: list[str] | None = None,
     repo: str = "acme/widgets",
     picked: bool | None = None,
+    created_at: str | None = None,
 ) -> dict[str, Any]:
-    """A `workflow_job` payload dict in Gitea's shape for the given status."""
+    """A `workflow_job` payload dict in Gitea's shape for the given status, about a job Gitea created now
+    (or at `created_at`, RFC 3339)."""
     body: dict[str, Any] = copy.deepcopy(json.loads((_DATA / _TEMPLATES[status]).read_text()))
     job = body["workflow_job"]
     job["id"] = job_id
+    job["created_at"] = created_at or gitea_time(time.time())
     owner, name = repo.split("/")
     job["url"] = f"https://gitea.example.com/api/v1/repos/{owner}/{name}/actions/jobs/{job_id}"
     body["repository"]["full_name"] = repo
@@ -50,6 +55,11 @@ def payload(
         job["started_at"] = "1970-01-01T00:00:00Z"
         job["conclusion"] = "cancelled"
     return body
+
+
+def gitea_time(seconds: float) -> str:
+    """A time as Gitea writes it in payloads (RFC 3339, UTC, to the second)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def model(status: str, **kw: Any) -> WorkflowJobPayload:

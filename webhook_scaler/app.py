@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -21,7 +22,7 @@ from webhook_scaler.metrics import Metrics
 from webhook_scaler.settings import Settings
 from webhook_scaler.store.client import store_client
 from webhook_scaler.store.jobs.model import JobUpdate
-from webhook_scaler.store.jobs.records import JobStore, Outcome, Ttls
+from webhook_scaler.store.jobs.records import JobStore, Outcome, RecordResult, Ttls
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ STORE = web.AppKey("store", JobStore)
 METRICS = web.AppKey("metrics", Metrics)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 STOPPING = web.AppKey("stopping", asyncio.Event)
+CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")  # wall-clock seconds: how old a job is
 
 _REDIS_ERRORS = (RedisError, RedisClusterException, OSError, TimeoutError)
 
@@ -78,6 +80,9 @@ async def _handle(request: web.Request) -> tuple[web.Response, str, str]:
         return _json(200, outcome="ignored", event=parsed.event), parsed.event, "ignored"
 
     update = JobUpdate.from_payload(parsed.payload)
+    if delivery.outside_window(parsed.payload, now_s=request.app[CLOCK](), window_s=settings.replay_window_s):
+        log.info("webhook about a job older than the replay window", extra={"job_id": update.job_id})
+        return _json(200, outcome="too_old", job_id=update.job_id), parsed.event, "too_old"
     written = time.perf_counter()
     try:  # the Redis client's socket timeouts (GRS_REDIS_TIMEOUT) bound this call
         result = await store.record(update, delivery_id=parsed.delivery_id)
@@ -90,21 +95,22 @@ async def _handle(request: web.Request) -> tuple[web.Response, str, str]:
     if result.outcome is Outcome.APPLIED:
         metrics.jobs_recorded.labels(state=update.state.value).inc()
     if log.isEnabledFor(logging.DEBUG):
-        log.debug(
-            "webhook recorded",
-            extra={
-                "delivery_id": parsed.delivery_id,
-                "job_id": update.job_id,
-                "action": update.state.value,
-                "outcome": result.outcome.value,
-                "previous": result.previous,
-            },
-        )
+        log.debug("webhook recorded", extra=_recorded(parsed.delivery_id, update, result))
     if result.outcome is Outcome.CONFLICT:  # a delivery about another repository's job: nothing written
         message = f"job {update.job_id} is recorded for another repository; not recorded"
         return _json(409, error=message), parsed.event, result.outcome.value
     body_out = {"outcome": result.outcome.value, "job_id": update.job_id, "state": result.state}
     return web.json_response(body_out), parsed.event, result.outcome.value
+
+
+def _recorded(delivery_id: str | None, update: JobUpdate, result: RecordResult) -> dict[str, object]:
+    return {
+        "delivery_id": delivery_id,
+        "job_id": update.job_id,
+        "action": update.state.value,
+        "outcome": result.outcome.value,
+        "previous": result.previous,
+    }
 
 
 def _refused(request: web.Request, exc: delivery.DeliveryError) -> web.Response:
@@ -143,7 +149,13 @@ async def _mark_stopping(app: web.Application) -> None:
     app[STOPPING].set()
 
 
-def create_app(settings: Settings, *, redis: Redis | RedisCluster, registry: CollectorRegistry) -> web.Application:
+def create_app(
+    settings: Settings,
+    *,
+    redis: Redis | RedisCluster,
+    registry: CollectorRegistry,
+    clock: Callable[[], float] = time.time,
+) -> web.Application:
     """Build the receiver application around an existing Redis client and metrics registry."""
     # The handler enforces max_body_bytes itself while streaming; this is a backstop.
     app = web.Application(client_max_size=settings.max_body_bytes + 1)
@@ -153,6 +165,7 @@ def create_app(settings: Settings, *, redis: Redis | RedisCluster, registry: Col
     ttls = Ttls(job=settings.job_ttl, completed=settings.completed_ttl, delivery=settings.delivery_ttl)
     app[STORE] = JobStore(store_client(redis), prefix=settings.redis_prefix, ttls=ttls)
     app[STOPPING] = asyncio.Event()
+    app[CLOCK] = clock
     app.on_shutdown.append(_mark_stopping)
     app.router.add_post(settings.webhook_path, webhook)
     app.router.add_get("/healthz", healthz)

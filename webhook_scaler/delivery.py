@@ -2,7 +2,8 @@
 
 Owns: the signature check (hex HMAC-SHA256 of the raw body in `X-Gitea-Signature`, or `sha256=` in
 `X-Hub-Signature-256`; SHA-1 is never accepted), which owners the secret that signed may speak for,
-the event and delivery-id headers, the form-encoded variant, and parsing into `gitea` models. Must
+the event and delivery-id headers, the form-encoded variant, parsing into `gitea` models, and telling
+a replay that no delivery id or record can tell any more (`outside_window`). Must
 not do I/O, log, or know about HTTP status codes: the aiohttp handler maps the errors raised here to
 statuses.
 """
@@ -13,11 +14,12 @@ import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
 from urllib.parse import parse_qs
 
 from pydantic import ValidationError
 
-from webhook_scaler.gitea import WorkflowJobPayload
+from webhook_scaler.gitea import JobStatus, WorkflowJobPayload
 
 WORKFLOW_JOB = "workflow_job"
 _FORM = "application/x-www-form-urlencoded"
@@ -156,3 +158,20 @@ def parse(body: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes | 
     if key is not None and key.owners is not None and owner not in key.owners:
         raise OwnerError(f"this webhook secret may not speak for the repositories of {owner}")
     return Delivery(event=event, delivery_id=delivery_id, payload=parsed)
+
+
+def outside_window(payload: WorkflowJobPayload, *, now_s: float, window_s: float) -> bool:
+    """Whether this is a `queued` or `waiting` delivery about a job Gitea created more than `window_s`
+    seconds before `now_s`: a replay, past what the receivers remember.
+
+    Gitea sends a job's `queued` or `waiting` within a day of creating it (it abandons a job blocked
+    for 24 h), and within `window_s` a replay is told by its delivery id and the job's record (both
+    remembered that long). Past it only the job's age tells, so such a delivery must change nothing.
+    A genuine re-run of an older job (Gitea keeps its `created_at`) is found by the reconciler's poll
+    instead. A delivery without `created_at` (not Gitea's) is not judged.
+    """
+    job = payload.workflow_job
+    if job.status not in (JobStatus.QUEUED, JobStatus.WAITING) or job.created_at is None:
+        return False
+    created = job.created_at if job.created_at.tzinfo else job.created_at.replace(tzinfo=UTC)
+    return now_s - created.timestamp() > window_s

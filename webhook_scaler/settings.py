@@ -39,7 +39,14 @@ class RedisSettings(BaseModel):
         64, ge=1, le=10_000, description="Redis connections per process; a call waits for a free one up to the timeout."
     )
     job_ttl: int = Field(25 * 3600, ge=60, description="Seconds an unfinished job record lives.")
-    completed_ttl: int = Field(24 * 3600, ge=60, description="Seconds a finished job is remembered.")
+    completed_ttl: int = Field(
+        24 * 3600,
+        ge=60,
+        description=(
+            "Seconds a finished job is remembered. The receiver takes a queued or waiting delivery about a job "
+            "created longer ago than this or GRS_DELIVERY_TTL (the shorter) for a replay: it changes nothing."
+        ),
+    )
     delivery_ttl: int = Field(24 * 3600, ge=60, description="Seconds a delivery id is remembered.")
 
     @field_validator("redis_url")
@@ -108,6 +115,12 @@ class Settings(RedisSettings):
                 "(or GRS_INSECURE_ACCEPT_UNSIGNED_WEBHOOKS=true to accept unsigned deliveries)"
             )
         return self
+
+    @property
+    def replay_window_s(self) -> int:
+        """How old a job a `queued` or `waiting` delivery may be about (`delivery.outside_window`): as
+        long as both a delivery id and a finished job are remembered, which tell replays apart till then."""
+        return min(self.completed_ttl, self.delivery_ttl)
 
     @property
     def signing_keys(self) -> tuple[SigningKey, ...]:

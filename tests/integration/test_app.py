@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from tests.conftest import SECRET, RecordedDelivery
-from tests.jobs import model, payload, signed
+from tests.jobs import gitea_time, model, payload, signed
 from tests.redis_server import RedisServer
 from webhook_scaler.app import create_app
 from webhook_scaler.settings import Settings
@@ -43,9 +45,12 @@ async def post(client: Client, body: dict[str, Any], **kw: Any) -> Any:
 
 
 async def test_real_deliveries_are_recorded(
-    client: Client, redis: Redis, deliveries: dict[str, RecordedDelivery]
+    aiohttp_client: MakeClient, redis: Redis, deliveries: dict[str, RecordedDelivery]
 ) -> None:
     d = deliveries["01-queued.json"]
+    created = datetime.fromisoformat(d.json["workflow_job"]["created_at"]).timestamp()
+    app = create_app(settings(), redis=redis, registry=CollectorRegistry(), clock=lambda: created + 5)
+    client = await aiohttp_client(app)  # the recorded delivery, as it arrived 5 s after Gitea created the job
     resp = await client.post("/webhook", data=d.body, headers=d.headers)
     assert resp.status == 200
     assert await resp.json() == {"outcome": "applied", "job_id": 101, "state": "queued"}
@@ -313,3 +318,20 @@ async def test_a_secret_bound_to_owners_speaks_for_theirs_only_and_no_delivery_m
     polled = JobUpdate.from_payload(model("queued", job_id=9, repo="acme/widgets"))
     assert (await store.record(polled, polled_since_ms=await store.now_ms())).outcome is Outcome.APPLIED
     assert [(j.job_id, j.repo) for j in await store.queued(ALL)] == [(8, "evil/tools"), (9, "acme/widgets")]
+
+
+async def test_a_replay_about_a_job_older_than_the_window_changes_nothing(client: Client, redis: Redis) -> None:
+    """Past a day the delivery id and a finished job's record are forgotten: a `queued` or `waiting`
+    about a job Gitea created before then is a replay, answered 200 `too_old` with nothing written.
+    The same job's `in_progress` and `completed` are still recorded (they start nothing)."""
+    two_days_ago = gitea_time(time.time() - 2 * 24 * 3600)
+    for status in ("queued", "waiting"):
+        resp = await post(client, payload(status, job_id=7, created_at=two_days_ago))
+        assert (resp.status, await resp.json()) == (200, {"outcome": "too_old", "job_id": 7})
+    assert await redis.keys("*") == []
+    assert await metric(client, "grs_webhook_deliveries_total", outcome="too_old") == 2
+    resp = await post(client, payload("completed", job_id=7, created_at=two_days_ago))
+    assert (resp.status, (await resp.json())["outcome"]) == (200, "applied")
+    fresh = await post(client, payload("queued", job_id=8))  # created now: recorded as ever
+    assert (fresh.status, (await fresh.json())["outcome"]) == (200, "applied")
+    assert [j.job_id for j in await JobStore(redis).queued(ALL)] == [8]

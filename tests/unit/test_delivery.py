@@ -10,7 +10,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.conftest import SECRET, RecordedDelivery, load_deliveries
-from tests.jobs import payload
+from tests.jobs import gitea_time, payload
 from webhook_scaler import delivery
 from webhook_scaler.gitea import JobStatus, WorkflowJobPayload
 
@@ -176,3 +176,32 @@ def test_a_secret_on_several_bound_lines_speaks_for_all_their_owners() -> None:
     assert delivery.parse(body, headers=headers, secrets=keys).payload is not None
     with pytest.raises(delivery.OwnerError, match="may not speak for the repositories of beta"):
         delivery.parse(body, headers=headers, secrets=keys[:1])
+
+
+DAY = 24 * 3600
+
+
+@pytest.mark.parametrize(
+    ("status", "age_s", "outside"),
+    [
+        pytest.param("queued", DAY + 1, True, id="queued-a-day-old"),
+        pytest.param("waiting", DAY + 1, True, id="waiting-a-day-old"),
+        pytest.param("queued", DAY - 60, False, id="queued-within"),
+        pytest.param("in_progress", 7 * DAY, False, id="in_progress-never"),
+        pytest.param("completed", 7 * DAY, False, id="completed-never"),
+    ],
+)
+def test_a_queued_or_waiting_delivery_about_an_old_job_is_outside_the_replay_window(
+    status: str, age_s: int, outside: bool
+) -> None:
+    created = 1_800_000_000
+    body = payload(status, created_at=gitea_time(created))
+    parsed = WorkflowJobPayload.model_validate(body)
+    assert delivery.outside_window(parsed, now_s=created + age_s, window_s=DAY) is outside
+
+
+def test_a_delivery_without_created_at_is_not_judged() -> None:
+    body = payload("queued")
+    body["workflow_job"].pop("created_at")
+    parsed = WorkflowJobPayload.model_validate(body)
+    assert delivery.outside_window(parsed, now_s=4_000_000_000, window_s=60) is False
