@@ -937,3 +937,18 @@ def test_the_runner_pod_policy_refuses_a_runnergroup_asking_beyond_it_when_it_is
             plural = doc["kind"].lower() + "s"
             api_request(kube, "DELETE", f"/apis/admissionregistration.k8s.io/v1/{plural}/{doc['metadata']['name']}")
         api_request(kube, "PATCH", f"{groups}/before", {"metadata": {"finalizers": None}}, content_type=merge)
+
+
+CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+
+
+def test_one_release_name_in_two_namespaces_shares_no_cluster_scoped_object() -> None:
+    """Cluster-scoped objects (the reconciler's ClusterRole, the hook's, the admission policy) carry the
+    release's namespace in their names, so two teams may each install `grs` in their own namespace
+    without one taking over the other's objects. The CRD is shared by design."""
+    names: dict[str, set[tuple[str, str]]] = {}
+    for namespace in ("team-a", "team-b"):
+        docs = render(namespace, CHART / "ci" / "full-values.yaml")
+        names[namespace] = {(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in CLUSTER_SCOPED}
+    assert {kind for kind, _ in names["team-a"]} == set(CLUSTER_SCOPED), names
+    assert not names["team-a"] & names["team-b"], names["team-a"] & names["team-b"]
