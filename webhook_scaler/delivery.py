@@ -162,13 +162,13 @@ def parse(body: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes | 
 
 def outside_window(payload: WorkflowJobPayload, *, now_s: float, window_s: float) -> bool:
     """Whether this is a `queued` or `waiting` delivery about a job Gitea created more than `window_s`
-    seconds before `now_s`: a replay, past what the receivers remember.
+    seconds before `now_s`: taken for a replay (`GRS_REPLAY_WINDOW`).
 
-    Gitea sends a job's `queued` or `waiting` within a day of creating it (it abandons a job blocked
-    for 24 h), and within `window_s` a replay is told by its delivery id and the job's record (both
-    remembered that long). Past it only the job's age tells, so such a delivery must change nothing.
-    A genuine re-run of an older job (Gitea keeps its `created_at`) is found by the reconciler's poll
-    instead. A delivery without `created_at` (not Gitea's) is not judged.
+    While a job's record lives, its ranks make a replay change nothing; past it only the job's age
+    tells (the delivery id is not signed, so it tells only exact resends). A job held on `needs:` or
+    an approval turns `queued` long after its `created_at`, and a re-run keeps it: such a delivery is
+    lost to the webhook path, and the reconciler's poll must find the job, which is why the window is
+    off unless the admin sets it. A delivery without `created_at` (not Gitea's) is not judged.
     """
     job = payload.workflow_job
     if job.status not in (JobStatus.QUEUED, JobStatus.WAITING) or job.created_at is None:

@@ -39,14 +39,7 @@ class RedisSettings(BaseModel):
         64, ge=1, le=10_000, description="Redis connections per process; a call waits for a free one up to the timeout."
     )
     job_ttl: int = Field(25 * 3600, ge=60, description="Seconds an unfinished job record lives.")
-    completed_ttl: int = Field(
-        24 * 3600,
-        ge=60,
-        description=(
-            "Seconds a finished job is remembered. The receiver takes a queued or waiting delivery about a job "
-            "created longer ago than this or GRS_DELIVERY_TTL (the shorter) for a replay: it changes nothing."
-        ),
-    )
+    completed_ttl: int = Field(24 * 3600, ge=60, description="Seconds a finished job is remembered.")
     delivery_ttl: int = Field(24 * 3600, ge=60, description="Seconds a delivery id is remembered.")
 
     @field_validator("redis_url")
@@ -86,6 +79,16 @@ class Settings(RedisSettings):
     insecure_accept_unsigned_webhooks: bool = Field(
         False, description="Accept deliveries without any signature. For local experiments only."
     )
+    replay_window: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Seconds; 0: off. A queued or waiting delivery about a job Gitea created longer ago is taken for a "
+            "replay and changes nothing (200 too_old). At most GRS_JOB_TTL and GRS_COMPLETED_TTL (a job's record "
+            "tells replays apart while it lives). Turn it on (86400) only where the reconciler's poll works "
+            "(Gitea >= 1.25): a genuine re-run of an older job is then started from the poll."
+        ),
+    )
     max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Larger bodies get 413.")
     shutdown_timeout: float = Field(10.0, ge=0, description="Seconds to finish requests on SIGTERM.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
@@ -108,6 +111,15 @@ class Settings(RedisSettings):
         return value
 
     @model_validator(mode="after")
+    def _window_within_the_records(self) -> Settings:
+        if self.replay_window > min(self.job_ttl, self.completed_ttl):
+            raise ValueError(
+                f"GRS_REPLAY_WINDOW ({self.replay_window}) must be at most GRS_JOB_TTL ({self.job_ttl}) and "
+                f"GRS_COMPLETED_TTL ({self.completed_ttl}): past a job's record only the window tells a replay"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _secret_or_explicitly_insecure(self) -> Settings:
         if not self.webhook_secrets and not self.insecure_accept_unsigned_webhooks:
             raise ValueError(
@@ -115,12 +127,6 @@ class Settings(RedisSettings):
                 "(or GRS_INSECURE_ACCEPT_UNSIGNED_WEBHOOKS=true to accept unsigned deliveries)"
             )
         return self
-
-    @property
-    def replay_window_s(self) -> int:
-        """How old a job a `queued` or `waiting` delivery may be about (`delivery.outside_window`): as
-        long as both a delivery id and a finished job are remembered, which tell replays apart till then."""
-        return min(self.completed_ttl, self.delivery_ttl)
 
     @property
     def signing_keys(self) -> tuple[SigningKey, ...]:

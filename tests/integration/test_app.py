@@ -7,7 +7,6 @@ import json
 import re
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +44,9 @@ async def post(client: Client, body: dict[str, Any], **kw: Any) -> Any:
 
 
 async def test_real_deliveries_are_recorded(
-    aiohttp_client: MakeClient, redis: Redis, deliveries: dict[str, RecordedDelivery]
+    client: Client, redis: Redis, deliveries: dict[str, RecordedDelivery]
 ) -> None:
     d = deliveries["01-queued.json"]
-    created = datetime.fromisoformat(d.json["workflow_job"]["created_at"]).timestamp()
-    app = create_app(settings(), redis=redis, registry=CollectorRegistry(), clock=lambda: created + 5)
-    client = await aiohttp_client(app)  # the recorded delivery, as it arrived 5 s after Gitea created the job
     resp = await client.post("/webhook", data=d.body, headers=d.headers)
     assert resp.status == 200
     assert await resp.json() == {"outcome": "applied", "job_id": 101, "state": "queued"}
@@ -320,11 +316,19 @@ async def test_a_secret_bound_to_owners_speaks_for_theirs_only_and_no_delivery_m
     assert [(j.job_id, j.repo) for j in await store.queued(ALL)] == [(8, "evil/tools"), (9, "acme/widgets")]
 
 
-async def test_a_replay_about_a_job_older_than_the_window_changes_nothing(client: Client, redis: Redis) -> None:
-    """Past a day the delivery id and a finished job's record are forgotten: a `queued` or `waiting`
-    about a job Gitea created before then is a replay, answered 200 `too_old` with nothing written.
-    The same job's `in_progress` and `completed` are still recorded (they start nothing)."""
-    two_days_ago = gitea_time(time.time() - 2 * 24 * 3600)
+async def test_a_replay_about_a_job_older_than_the_window_changes_nothing(
+    aiohttp_client: MakeClient, redis: Redis
+) -> None:
+    """With GRS_REPLAY_WINDOW set (a day), a `queued` or `waiting` about a job Gitea created before then
+    is taken for a replay, answered 200 `too_old` with nothing written. The same job's `in_progress`
+    and `completed` are still recorded (they start nothing); without the window it is recorded."""
+    created = 1_800_000_000
+    two_days_later = created + 2 * 24 * 3600
+    app = create_app(
+        settings(replay_window=24 * 3600), redis=redis, registry=CollectorRegistry(), clock=lambda: two_days_later
+    )
+    client = await aiohttp_client(app)
+    two_days_ago = gitea_time(created)
     for status in ("queued", "waiting"):
         resp = await post(client, payload(status, job_id=7, created_at=two_days_ago))
         assert (resp.status, await resp.json()) == (200, {"outcome": "too_old", "job_id": 7})
@@ -332,6 +336,19 @@ async def test_a_replay_about_a_job_older_than_the_window_changes_nothing(client
     assert await metric(client, "grs_webhook_deliveries_total", outcome="too_old") == 2
     resp = await post(client, payload("completed", job_id=7, created_at=two_days_ago))
     assert (resp.status, (await resp.json())["outcome"]) == (200, "applied")
-    fresh = await post(client, payload("queued", job_id=8))  # created now: recorded as ever
+    fresh = await post(client, payload("queued", job_id=8, created_at=gitea_time(two_days_later - 60)))
     assert (fresh.status, (await fresh.json())["outcome"]) == (200, "applied")
     assert [j.job_id for j in await JobStore(redis).queued(ALL)] == [8]
+
+
+async def test_without_the_replay_window_an_old_jobs_queued_is_recorded(client: Client, redis: Redis) -> None:
+    """Off by default: a re-run keeps its job's `created_at`, and must start from the webhook where no
+    poll runs (Gitea 1.24)."""
+    resp = await post(client, payload("queued", job_id=9, created_at=gitea_time(time.time() - 30 * 24 * 3600)))
+    assert (resp.status, (await resp.json())["outcome"]) == (200, "applied")
+    assert [j.job_id for j in await JobStore(redis).queued(ALL)] == [9]
+
+
+def test_a_replay_window_past_the_records_is_refused() -> None:
+    with pytest.raises(ValueError, match="GRS_REPLAY_WINDOW"):
+        settings(replay_window=30 * 3600)  # the job TTL is 25 h
