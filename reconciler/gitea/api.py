@@ -4,7 +4,7 @@
 Owns: the endpoints per scope (seed §6), status filters (`queued` and `in_progress` only; `waiting` and
 `pending` mean blocked and are never demand), listing and deleting runners, and the
 transient/permanent error split with Retry-After on 429. Must not touch Redis or Kubernetes, and
-never logs or raises the token. Paging, and whether a listing holds every row, is gitea_paging's.
+never logs or raises the token. Paging, and whether a listing holds every row, is `paging`'s.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class PolledJob:
 
 @dataclass(frozen=True, slots=True)
 class JobsListing:
-    """A scope's queued and running jobs; `complete`: every row Gitea had was read (gitea_paging), so a
+    """A scope's queued and running jobs; `complete`: every row Gitea had was read (`paging`), so a
     job missing here was not queued or running while the listing was taken."""
 
     jobs: list[PolledJob]
@@ -127,7 +127,7 @@ class GiteaClient:
     async def _pages(
         self, scope: PollScope, path: str, params: list[tuple[str, str]], endpoint: str, *, key: str | None
     ) -> Pages:
-        """Every page of a list endpoint, and whether they hold every row (gitea_paging)."""
+        """Every page of a list endpoint, and whether they hold every row (`paging`)."""
 
         async def fetch(page: int) -> tuple[Any, Mapping[str, str]]:
             return await self._get(scope, path, [*params, ("page", str(page)), ("limit", str(PAGE_SIZE))], endpoint)

@@ -6,7 +6,7 @@ controller ownerReference, and the pod invariants the controller enforces over t
 (The Docker daemon of `containerMode: dind` is `dind`'s.)
 
 No registration token reaches a runner Pod: the controller registers each runner with Gitea itself
-(`gitea_register`) and gives the Pod only that runner's own credential, its `.runner` file, in a Secret
+(`gitea.register`) and gives the Pod only that runner's own credential, its `.runner` file, in a Secret
 named as the runner and owned by its Job (`credential_secret`), so it goes with the Job. An init container
 (`prepare`, the runner image, no network) copies that file into an emptyDir mounted at /data in both
 containers, with the CA bundle and the cache config if the install has them; the runner container then

@@ -232,7 +232,7 @@ class RunnerRows:
                 continue
             rows.update((name, (s, row)) for name, row in _by_name(listed.runners, wanted).items())
             # One short page is one SELECT: a name missing from it is missing from Gitea. Several pages
-            # can miss a row without their count showing it (gitea_paging), so they never prove one gone.
+            # can miss a row without their count showing it (gitea.paging), so they never prove one gone.
             complete = listed.complete and len(listed.runners) < PAGE_SIZE
             if s is scope and complete:
                 missing_here = names - rows.keys()

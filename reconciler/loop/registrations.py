@@ -3,7 +3,7 @@ credential only.
 
 Owns: reading a group's registration token (`Kube.secret_value`, which refuses the install's own
 Secrets) at most once a minute, and again at once after Gitea refused it; registering one runner with
-Gitea (`gitea_register`) under the name and labels its Job gives it; and handing its `.runner` file to
+Gitea (`gitea.register`) under the name and labels its Job gives it; and handing its `.runner` file to
 its Job as a Secret the Job owns (`manifests.credential_secret`). A token Secret that is missing, or one
 Gitea refuses, is a create refusal (`TransientError(refused=REFUSED)`): the group's `RunnersAdmitted`
 condition says so, its seat is free again, and the pass retries with backoff. A token Secret that is

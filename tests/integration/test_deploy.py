@@ -947,8 +947,8 @@ def test_one_release_name_in_two_namespaces_shares_no_cluster_scoped_object() ->
     release's namespace in their names, so two teams may each install `grs` in their own namespace
     without one taking over the other's objects. The CRD is shared by design."""
     names: dict[str, set[tuple[str, str]]] = {}
-    for namespace in ("team-a", "team-b"):
-        docs = render(namespace, CHART / "ci" / "full-values.yaml")
-        names[namespace] = {(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in CLUSTER_SCOPED}
+    for ns in ("team-a", "team-b"):
+        docs = render(ns, CHART / "ci" / "full-values.yaml")
+        names[ns] = {(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in CLUSTER_SCOPED}
     assert {kind for kind, _ in names["team-a"]} == set(CLUSTER_SCOPED), names
     assert not names["team-a"] & names["team-b"], names["team-a"] & names["team-b"]

@@ -1,4 +1,4 @@
-"""The controller's runner registration (gitea_register.py) against the fake Gitea's `Register` RPC,
+"""The controller's runner registration (gitea/register.py) against the fake Gitea's `Register` RPC,
 which answers as Gitea 1.26's handler does (routers/api/actions/runner/runner.go)."""
 
 from __future__ import annotations

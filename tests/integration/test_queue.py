@@ -1,4 +1,5 @@
-"""queue.py on fakeredis and on a real redis-server: the contract the reconciler relies on."""
+"""The job records (store/jobs/records.py) on fakeredis and on a real redis-server: the contract the
+reconciler relies on."""
 
 from __future__ import annotations
 

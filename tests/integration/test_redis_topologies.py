@@ -1,4 +1,4 @@
-"""queue.py's JobStore on a real 3-master Redis Cluster and through real Sentinels, and a Sentinel
+"""The JobStore (store/jobs/records.py) on a real 3-master Redis Cluster and through real Sentinels, and a Sentinel
 failover in the middle of a burst of webhook writes: nothing lost, nothing doubled, one claim winner.
 
 Each test uses its own key prefix, so the shared topologies need no flush between tests.

@@ -3,7 +3,7 @@ Redis Sentinel watches.
 
 Owns: the URL forms (`parse_url`, which settings validation uses too, so a bad URL stops the process at
 startup) and building a client that fails fast (`connect`). Must not know any key or script: that is
-`queue.py`'s contract, which keeps every key in one cluster slot.
+the store's contract (`store.keys`), which keeps every key in one cluster slot.
 
 - `redis://[user:pass@]host[:port][/db]` (and `rediss://`, `unix://`): one server, as redis-py reads it.
 - `redis+cluster://[user:pass@]host[:port][,host[:port]...][/0]`: a `RedisCluster`; the nodes listed
