@@ -23,6 +23,7 @@ import aiohttp
 
 from reconciler.kube.crd import crd
 from tests.fake_gitea import REGISTRATION_TOKEN, FakeGitea, served
+from tests.jobs import gitea_time
 from tests.kube_cluster import KubeCluster, api_request, apply_crd
 from tests.redis_server import RedisServer, free_port, stop_process, wait_port
 
@@ -57,7 +58,7 @@ class Deliveries:
         body["workflow_job"]["url"] = f"https://gitea.example.com/api/v1/repos/{repo}/actions/jobs/{job_id}"
         body["workflow_job"]["labels"] = list(labels)
         # created now, as Gitea would send it (an older job's `queued` is taken for a replay)
-        body["workflow_job"]["created_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        body["workflow_job"]["created_at"] = gitea_time(time.time())
         body["repository"]["full_name"] = repo
         body["repository"]["name"] = name
         body["repository"]["owner"]["login"] = owner
