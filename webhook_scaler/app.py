@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -18,6 +19,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from webhook_scaler import delivery
+from webhook_scaler.gitea import JobStatus
 from webhook_scaler.metrics import Metrics
 from webhook_scaler.settings import Settings
 from webhook_scaler.store.client import store_client
@@ -80,10 +82,12 @@ async def _handle(request: web.Request) -> tuple[web.Response, str, str]:
         return _json(200, outcome="ignored", event=parsed.event), parsed.event, "ignored"
 
     update = JobUpdate.from_payload(parsed.payload)
-    window = settings.replay_window
+    window = settings.window_s
     if window and delivery.outside_window(parsed.payload, now_s=request.app[CLOCK](), window_s=window):
-        log.debug("webhook about a job older than the replay window", extra={"job_id": update.job_id})
-        return _json(200, outcome="too_old", job_id=update.job_id), parsed.event, "too_old"
+        if update.state is not JobStatus.QUEUED:  # a `waiting` only feeds a gauge: not worth a doubt
+            log.debug("webhook about a job older than the replay window", extra={"job_id": update.job_id})
+            return _json(200, outcome="too_old", job_id=update.job_id), parsed.event, "too_old"
+        update = replace(update, aged=True)  # recorded, and started only once a poll confirms it
     written = time.perf_counter()
     try:  # the Redis client's socket timeouts (GRS_REDIS_TIMEOUT) bound this call
         result = await store.record(update, delivery_id=parsed.delivery_id)
@@ -100,7 +104,9 @@ async def _handle(request: web.Request) -> tuple[web.Response, str, str]:
     if result.outcome is Outcome.CONFLICT:  # a delivery about another repository's job: nothing written
         message = f"job {update.job_id} is recorded for another repository; not recorded"
         return _json(409, error=message), parsed.event, result.outcome.value
-    body_out = {"outcome": result.outcome.value, "job_id": update.job_id, "state": result.state}
+    body_out: dict[str, object] = {"outcome": result.outcome.value, "job_id": update.job_id, "state": result.state}
+    if update.aged and result.outcome is Outcome.APPLIED:
+        body_out["aged"] = True
     return web.json_response(body_out), parsed.event, result.outcome.value
 
 

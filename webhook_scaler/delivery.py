@@ -166,9 +166,9 @@ def outside_window(payload: WorkflowJobPayload, *, now_s: float, window_s: float
 
     While a job's record lives, its ranks make a replay change nothing; past it only the job's age
     tells (the delivery id is not signed, so it tells only exact resends). A job held on `needs:` or
-    an approval turns `queued` long after its `created_at`, and a re-run keeps it: such a delivery is
-    lost to the webhook path, and the reconciler's poll must find the job, which is why the window is
-    off unless the admin sets it. A delivery without `created_at` (not Gitea's) is not judged.
+    an approval turns `queued` long after its `created_at`, and a re-run keeps it: so the receiver
+    records such a `queued` as `aged`, for the reconciler to start once its poll lists the job, rather
+    than drop it. A delivery without `created_at` (not Gitea's) is not judged.
     """
     job = payload.workflow_job
     if job.status not in (JobStatus.QUEUED, JobStatus.WAITING) or job.created_at is None:

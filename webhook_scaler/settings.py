@@ -79,14 +79,15 @@ class Settings(RedisSettings):
     insecure_accept_unsigned_webhooks: bool = Field(
         False, description="Accept deliveries without any signature. For local experiments only."
     )
-    replay_window: int = Field(
-        0,
+    replay_window: int | None = Field(
+        None,
         ge=0,
         description=(
-            "Seconds; 0: off. A queued or waiting delivery about a job Gitea created longer ago is taken for a "
-            "replay and changes nothing (200 too_old). At most GRS_JOB_TTL and GRS_COMPLETED_TTL (a job's record "
-            "tells replays apart while it lives). Turn it on (86400) only where the reconciler's poll works "
-            "(Gitea >= 1.25): a genuine re-run of an older job is then started from the poll."
+            "Seconds (default: the shorter of GRS_JOB_TTL and GRS_COMPLETED_TTL, a day; 0: off). A delivery about a "
+            "job Gitea created longer ago may be a replay: a waiting one changes nothing (200 too_old), a queued one "
+            "is recorded aged, and gets a runner only once the reconciler's poll lists it queued (or at once where "
+            "the poll is off or failing). At most GRS_JOB_TTL and GRS_COMPLETED_TTL: while a job's record lives, "
+            "replays of it change nothing anyway."
         ),
     )
     max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Larger bodies get 413.")
@@ -110,9 +111,14 @@ class Settings(RedisSettings):
                 raise ValueError(f"line {n}: a bound secret is `@owner1,owner2 SECRET` (owners, a space, the secret)")
         return value
 
+    @property
+    def window_s(self) -> int:
+        """The replay window in seconds (0: off)."""
+        return min(self.job_ttl, self.completed_ttl) if self.replay_window is None else self.replay_window
+
     @model_validator(mode="after")
     def _window_within_the_records(self) -> Settings:
-        if self.replay_window > min(self.job_ttl, self.completed_ttl):
+        if self.replay_window is not None and self.replay_window > min(self.job_ttl, self.completed_ttl):
             raise ValueError(
                 f"GRS_REPLAY_WINDOW ({self.replay_window}) must be at most GRS_JOB_TTL ({self.job_ttl}) and "
                 f"GRS_COMPLETED_TTL ({self.completed_ttl}): past a job's record only the window tells a replay"

@@ -6,10 +6,10 @@ job; created this pass, or by another replica a moment ago). Any others wait for
 that holds: the group is being deleted, is suspended, had its last runner refused (by the API server
 or by Gitea's registration: the `RunnersAdmitted` condition says why), is backing off after failed
 runners (`RunnersHealthy`), or runs `maxActiveRunners` runners; else a finished runner may have run
-one of them unheard, which the next poll of Gitea tells (`unconfirmed`). Where the queue is read, two
-more are counted that no group has: queued jobs that no group's scope and labels match (`NO_GROUP`),
-and jobs Gitea holds `waiting`, on `needs:` or an approval (`HELD_IN_GITEA`, from its webhooks).
-Must not do I/O.
+one of them unheard, or the job is aged (`believed`), which the next poll of Gitea tells
+(`unconfirmed`). Where the queue is read, two more are counted that no group has: queued jobs that
+no group's scope and labels match (`NO_GROUP`), and jobs Gitea holds `waiting`, on `needs:` or an
+approval (`HELD_IN_GITEA`, from its webhooks). Must not do I/O.
 """
 
 from __future__ import annotations
@@ -19,11 +19,20 @@ from collections.abc import Sequence
 from reconciler.decide.phases import Phase, Runner
 from reconciler.decide.plan import Plan
 from reconciler.model.spec import RunnerGroupSpec
+from webhook_scaler.store.jobs.model import QueuedJob
 
 # Every reason a group's queued job waits for, as the status's `waitingJobs` and the gauge's `reason` name it.
 REASONS = ("runnerStarting", "deleting", "suspended", "refused", "backoff", "maxActiveRunners", "unconfirmed")
 NO_GROUP = "noMatchingGroup"  # the queue's jobs that no group's scope and labels match (no group has them)
 HELD_IN_GITEA = "waitingInGitea"  # jobs Gitea holds `waiting` (on `needs:`, an approval): not queued yet
+
+
+def believed(queued: Sequence[QueuedJob], *, polled: bool) -> list[QueuedJob]:
+    """The queued jobs that may get a runner now. An aged one (from a webhook about a job Gitea created
+    before the receiver's replay window: as likely a replay as a re-run) waits, counted `unconfirmed`,
+    until a poll lists it queued, where the group's poll works (`polled`); where it is off or failing
+    nothing else can tell, and the job is believed."""
+    return [q for q in queued if not (polled and q.unconfirmed)]
 
 
 def waiting(

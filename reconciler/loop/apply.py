@@ -3,8 +3,7 @@
 Owns: classifying the group's runner Jobs, the seats a pass starts from (`seating`), deleting and
 creating runners as the plan says (deletions vetted by Gitea first, see `gitea_runners`), the
 reports and protections that follow (`disruption`, `admission`), the group's metrics and its status
-write. The
-decisions are `plan`'s; scheduling passes is `controller`'s.
+write. The decisions are `plan`'s; scheduling passes is `controller`'s.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from reconciler.decide.phases import Phase, Runner, classify
 from reconciler.decide.plan import Create, Plan, plan
 from reconciler.decide.state import GroupState
 from reconciler.decide.status import desired_status
-from reconciler.decide.waiting import waiting
+from reconciler.decide.waiting import believed, waiting
 from reconciler.kube.api import Kube, TransientError
 from reconciler.kube.egress import DIRECT, Egress
 from reconciler.kube.manifests import template_hash
@@ -142,7 +141,7 @@ class GroupPass:
         total = (len(queued) if total < 0 else total) - (len(queued) - len(still))
         runners = self.runners(group, activity, template=template_hash(spec, self.seating.egress), asked=asked)
         now_ms = int(self.clock() * 1000)
-        decided = self._plan(spec, still, total, runners, ready.in_flight, now_ms, draining=group.deleting)
+        decided = self._plan(spec, still, total, runners, ready.in_flight, now_ms, (group, state))
         if decided.wake_at_ms is not None:
             self.wake_at(state, decided.wake_at_ms)
         kept = await self.deletions.apply(group, spec, decided.delete, state, jobs)
@@ -173,11 +172,12 @@ class GroupPass:
         runners: list[Runner],
         in_flight: frozenset[str],
         now_ms: int,
-        *,
-        draining: bool,
+        of: tuple[GroupObject, GroupState],
     ) -> Plan:
+        group, state = of
+        polled = self.settings.poll_enabled and (state.gitea is None or state.gitea.status == "True")
         return plan(
-            queued=queued,
+            queued=believed(queued, polled=polled),
             queued_total=total,
             runners=runners,
             spec=spec,
@@ -186,7 +186,7 @@ class GroupPass:
             idle_grace_ms=int(self.settings.idle_grace * 1000),
             backoff_ms=(int(self.settings.runner_backoff_initial * 1000), int(self.settings.runner_backoff_max * 1000)),
             finish_grace_ms=int(self.settings.finish_grace * 1000),
-            draining=draining,
+            draining=group.deleting,
         )
 
     def _gauges(

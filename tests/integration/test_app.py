@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from tests.conftest import SECRET, RecordedDelivery
-from tests.jobs import gitea_time, model, payload, signed
+from tests.jobs import gitea_time, model, payload, signed, stored
 from tests.redis_server import RedisServer
 from webhook_scaler.app import create_app
 from webhook_scaler.settings import Settings
@@ -49,7 +49,8 @@ async def test_real_deliveries_are_recorded(
     d = deliveries["01-queued.json"]
     resp = await client.post("/webhook", data=d.body, headers=d.headers)
     assert resp.status == 200
-    assert await resp.json() == {"outcome": "applied", "job_id": 101, "state": "queued"}
+    # recorded from a real Gitea long ago, so past the replay window: doubted until a poll lists it
+    assert await resp.json() == {"outcome": "applied", "job_id": 101, "state": "queued", "aged": True}
     assert [j.job_id for j in await JobStore(redis).queued(ALL)] == [101]
     again = await client.post("/webhook", data=d.body, headers=d.headers)
     assert (again.status, (await again.json())["outcome"]) == (200, "duplicate")
@@ -316,37 +317,52 @@ async def test_a_secret_bound_to_owners_speaks_for_theirs_only_and_no_delivery_m
     assert [(j.job_id, j.repo) for j in await store.queued(ALL)] == [(8, "evil/tools"), (9, "acme/widgets")]
 
 
-async def test_a_replay_about_a_job_older_than_the_window_changes_nothing(
+async def test_a_delivery_about_a_job_older_than_the_window_is_doubted(
     aiohttp_client: MakeClient, redis: Redis
 ) -> None:
-    """With GRS_REPLAY_WINDOW set (a day), a `queued` or `waiting` about a job Gitea created before then
-    is taken for a replay, answered 200 `too_old` with nothing written. The same job's `in_progress`
-    and `completed` are still recorded (they start nothing); without the window it is recorded."""
+    """By default the replay window is a day (the records' TTLs). A `waiting` about a job Gitea created
+    before then is answered 200 `too_old` with nothing written; a `queued` one is recorded `aged`, for the
+    reconciler to start only once its poll lists it (a re-run keeps its job's `created_at`). The same job's
+    `in_progress` and `completed` are recorded as ever (they start nothing)."""
     created = 1_800_000_000
     two_days_later = created + 2 * 24 * 3600
-    app = create_app(
-        settings(replay_window=24 * 3600), redis=redis, registry=CollectorRegistry(), clock=lambda: two_days_later
-    )
+    app = create_app(settings(), redis=redis, registry=CollectorRegistry(), clock=lambda: two_days_later)
     client = await aiohttp_client(app)
     two_days_ago = gitea_time(created)
-    for status in ("queued", "waiting"):
-        resp = await post(client, payload(status, job_id=7, created_at=two_days_ago))
-        assert (resp.status, await resp.json()) == (200, {"outcome": "too_old", "job_id": 7})
+    resp = await post(client, payload("waiting", job_id=7, created_at=two_days_ago))
+    assert (resp.status, await resp.json()) == (200, {"outcome": "too_old", "job_id": 7})
     assert await redis.keys("*") == []
-    assert await metric(client, "grs_webhook_deliveries_total", outcome="too_old") == 2
+    assert await metric(client, "grs_webhook_deliveries_total", outcome="too_old") == 1
+    resp = await post(client, payload("queued", job_id=7, created_at=two_days_ago))
+    assert (resp.status, await resp.json()) == (
+        200,
+        {"outcome": "applied", "job_id": 7, "state": "queued", "aged": True},
+    )
+    fresh = await post(client, payload("queued", job_id=8, created_at=gitea_time(two_days_later - 60)))
+    assert (fresh.status, "aged" in await fresh.json()) == (200, False)
+    assert [(j.job_id, j.unconfirmed) for j in await JobStore(redis).queued(ALL)] == [(7, True), (8, False)]
     resp = await post(client, payload("completed", job_id=7, created_at=two_days_ago))
     assert (resp.status, (await resp.json())["outcome"]) == (200, "applied")
-    fresh = await post(client, payload("queued", job_id=8, created_at=gitea_time(two_days_later - 60)))
-    assert (fresh.status, (await fresh.json())["outcome"]) == (200, "applied")
-    assert [j.job_id for j in await JobStore(redis).queued(ALL)] == [8]
+    assert "aged" not in await stored(redis, 7)
 
 
-async def test_without_the_replay_window_an_old_jobs_queued_is_recorded(client: Client, redis: Redis) -> None:
-    """Off by default: a re-run keeps its job's `created_at`, and must start from the webhook where no
-    poll runs (Gitea 1.24)."""
-    resp = await post(client, payload("queued", job_id=9, created_at=gitea_time(time.time() - 30 * 24 * 3600)))
-    assert (resp.status, (await resp.json())["outcome"]) == (200, "applied")
-    assert [j.job_id for j in await JobStore(redis).queued(ALL)] == [9]
+async def test_with_the_replay_window_off_an_old_jobs_queued_is_recorded_as_any(
+    aiohttp_client: MakeClient, redis: Redis
+) -> None:
+    """GRS_REPLAY_WINDOW=0: nothing is doubted (for a Gitea whose jobs' times cannot be trusted)."""
+    app = create_app(settings(replay_window=0), redis=redis, registry=CollectorRegistry())
+    client = await aiohttp_client(app)
+    month_ago = gitea_time(time.time() - 30 * 24 * 3600)
+    for status, job_id in (("waiting", 8), ("queued", 9)):
+        resp = await post(client, payload(status, job_id=job_id, created_at=month_ago))
+        assert (resp.status, (await resp.json())["outcome"]) == (200, "applied")
+    assert [(j.job_id, j.aged) for j in await JobStore(redis).queued(ALL)] == [(9, False)]
+
+
+def test_the_replay_window_follows_the_records_ttls_unless_set() -> None:
+    assert settings().window_s == 24 * 3600
+    assert settings(job_ttl=7200, completed_ttl=3600).window_s == 3600
+    assert settings(replay_window=600).window_s == 600
 
 
 def test_a_replay_window_past_the_records_is_refused() -> None:

@@ -176,6 +176,30 @@ async def test_a_queued_job_remembers_when_the_latest_poll_listing_it_began(redi
     assert {j.job_id: j.listed_ms for j in await store.queued(ALL)} == {1: 2_000, 2: 2_000}
 
 
+async def test_an_aged_job_is_unconfirmed_until_a_poll_lists_it_and_a_later_record_clears_the_mark(
+    redis: Redis,
+) -> None:
+    """A `queued` the receiver took for a possible replay (`aged`) is recorded and read back as such;
+    a listing of it by a poll confirms it, and any later record rewrites the job without the mark."""
+    store = JobStore(redis)
+    scope = Scope("owner", "acme")
+    await store.record(dataclasses.replace(upd("queued", job_id=1), aged=True), delivery_id="d1")
+    await store.record(upd("queued", job_id=2))
+    assert {j.job_id: (j.aged, j.unconfirmed) for j in await store.queued(ALL)} == {
+        1: (True, True),
+        2: (False, False),
+    }
+    since = await store.now_ms()
+    await store.sync_polled(scope, [upd("queued", job_id=1)], polled_since_ms=since, complete=True)
+    (confirmed, _) = await store.queued(ALL)
+    assert (confirmed.job_id, confirmed.aged, confirmed.listed_ms, confirmed.unconfirmed) == (1, True, since, False)
+    rerun = dataclasses.replace(upd("queued", job_id=1, attempt=1), aged=True)
+    assert (await store.record(rerun)).outcome is Outcome.APPLIED  # a later attempt: doubted afresh
+    assert (await store.queued(ALL))[0].unconfirmed
+    await store.record(upd("in_progress", job_id=1, attempt=2))
+    assert await redis.hget("{grs}:job:1", "aged") is None
+
+
 async def test_poll_does_not_drop_what_a_webhook_reported_during_the_poll(redis: Redis) -> None:
     store = JobStore(redis)
     since = await store.now_ms()

@@ -740,6 +740,46 @@ async def test_polling_fallback_starts_runners_no_webhook_reported(
     assert [j.job_id for j in await JobStore(redis).queued()] == [501]
 
 
+async def test_a_queued_webhook_doubted_as_a_replay_gets_a_runner_only_once_the_poll_lists_the_job(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis, aiohttp_server: MakeServer
+) -> None:
+    """The receiver recorded two `queued` about jobs created before its replay window (`aged`): a replay
+    about job 601, long over in Gitea, and a re-run, 602, that Gitea lists queued. Only 602 gets a runner,
+    once the poll lists it; 601 is marked gone by the poll without ever getting one."""
+    fake = FakeGitea(token=API_TOKEN)
+    server = await aiohttp_server(fake.app())
+    ns = namespace(kube)
+    create_group(kube, ns, "doubting", gitea={"url": str(server.make_url("")).rstrip("/")}, labels=[], defaultLabels=[])
+    fake.add_job(602, repo="acme/widgets", labels=[])
+    for job_id in (601, 602):
+        update = JobUpdate.from_payload(model("queued", job_id=job_id, labels=[]))
+        await JobStore(redis).record(dataclasses.replace(update, aged=True))
+    async with running_controller(
+        kube.kubeconfig, redis_server.url, ns, poll_enabled=True, poll_interval=1
+    ) as controller:
+        await eventually(lambda: runner_jobs(kube, ns))
+        await eventually(lambda: _state_is(redis, 601, b"gone"))
+        await passes(controller)
+    assert [j["metadata"]["annotations"][JOB_ID_ANNOTATION] for j in runner_jobs(kube, ns)] == ["602"]
+
+
+async def test_with_the_poll_off_a_doubted_job_gets_its_runner_as_any(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    """Nothing could ever confirm it: waiting would only lose a re-run."""
+    ns = namespace(kube)
+    create_group(kube, ns, "trusting", labels=[], defaultLabels=[])
+    update = JobUpdate.from_payload(model("queued", job_id=603, labels=[]))
+    await JobStore(redis).record(dataclasses.replace(update, aged=True))
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, poll_enabled=False):
+        jobs = await eventually(lambda: runner_jobs(kube, ns))
+    assert [j["metadata"]["annotations"][JOB_ID_ANNOTATION] for j in jobs] == ["603"]
+
+
+async def _state_is(redis: Redis, job_id: int, state: bytes) -> bool:
+    return bool(await redis.hget(f"{{grs}}:job:{job_id}", "state") == state)
+
+
 def test_every_example_applies_to_the_api_server(kube: KubeCluster) -> None:
     import yaml
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 
 from reconciler.decide.phases import Phase, Runner
 from reconciler.decide.plan import plan
-from reconciler.decide.waiting import REASONS, waiting
+from reconciler.decide.waiting import REASONS, believed, waiting
 from reconciler.model.spec import RunnerGroupSpec
 from tests.groups import spec
 from tests.unit.test_plan import NOW, failed, job, runner, situations
@@ -87,3 +88,18 @@ def test_every_queued_job_is_counted_once_under_a_known_reason(
                      draining=False)  # fmt: skip
     assert tuple(counts) == REASONS and all(n >= 0 for n in counts.values())
     assert sum(counts.values()) == len(queued)
+
+
+def test_an_aged_job_waits_for_a_poll_to_list_it_where_the_poll_works_counted_unconfirmed() -> None:
+    aged, listed, fresh = (
+        dataclasses.replace(job(1), aged=True),
+        dataclasses.replace(job(2, listed_ms=NOW), aged=True),
+        job(3),
+    )
+    assert [j.job_id for j in believed([aged, listed, fresh], polled=True)] == [2, 3]
+    assert [j.job_id for j in believed([aged, listed, fresh], polled=False)] == [1, 2, 3]  # nothing else can tell
+    s = spec()
+    decided = plan(queued=believed([aged, listed, fresh], polled=True), queued_total=3, runners=[], spec=s, now_ms=NOW)
+    assert [c.job_id for c in decided.create] == [2, 3]
+    counts = waiting(s, decided, [], created=2, in_flight=0, refused=False, draining=False)
+    assert {r: n for r, n in counts.items() if n} == {"runnerStarting": 2, "unconfirmed": 1}

@@ -43,6 +43,7 @@ class JobUpdate:
     run_id: int
     runner_name: str | None = None
     conclusion: str | None = None
+    aged: bool = False  # a webhook's `queued` about a job created before the replay window: see QueuedJob
 
     @classmethod
     def from_job(cls, job: WorkflowJob, *, repo_full_name: str) -> JobUpdate:
@@ -96,6 +97,14 @@ class QueuedJob:
     # when the latest poll that listed it queued began (Redis ms); None if no poll listed it
     listed_ms: int | None = None
     missed: bool = False  # the latest complete listing of its scope did not show it: most likely gone
+    # recorded from a webhook about a job Gitea created before the receiver's replay window: as likely a
+    # replay as a re-run, so it waits for a poll to list it (`listed_ms`) wherever the poll works
+    aged: bool = False
+
+    @property
+    def unconfirmed(self) -> bool:
+        """Aged, and no poll listed it queued since it was recorded (a record clears `listed_ms`)."""
+        return self.aged and self.listed_ms is None
 
     @property
     def generation(self) -> int:

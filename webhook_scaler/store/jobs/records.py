@@ -56,7 +56,10 @@ class Ttls:
     stream_maxlen: int = 10_000
 
 
-_QUEUED_FIELDS = ("state", "labels", "owner", "repo", "name", "run_id", "attempt", "queued_ms", "listed_ms", "missed")
+_QUEUED_FIELDS = (
+    *("state", "labels", "owner", "repo", "name", "run_id", "attempt"),
+    *("queued_ms", "listed_ms", "missed", "aged"),
+)
 
 
 def queued_job(job_id: bytes | str, row: Sequence[bytes | None]) -> QueuedJob:
@@ -71,9 +74,10 @@ def queued_job(job_id: bytes | str, row: Sequence[bytes | None]) -> QueuedJob:
         run_id=int(f[5] or 0),
         attempt=int(f[6] or 0),
         queued_ms=int(f[7] or 0),
-        claimed_by=f[10] if len(f) > 10 else None,
+        claimed_by=f[11] if len(f) > 11 else None,
         listed_ms=int(f[8]) if f[8] else None,
         missed=f[9] is not None,
+        aged=f[10] is not None,
     )
 
 
@@ -144,6 +148,7 @@ class JobStore:
                 "attempt": str(update.attempt),
                 "runner": update.runner_name or "",
                 "conclusion": update.conclusion or "",
+                "aged": "1" if update.aged else "",
             },
         }
 
