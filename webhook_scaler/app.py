@@ -90,7 +90,7 @@ async def _handle(request: web.Request) -> tuple[web.Response, str, str]:
         update = replace(update, aged=True)  # recorded, and started only once a poll confirms it
     written = time.perf_counter()
     try:  # the Redis client's socket timeouts (GRS_REDIS_TIMEOUT) bound this call
-        result = await store.record(update, delivery_id=parsed.delivery_id)
+        result = await store.of(parsed.instance).record(update, delivery_id=parsed.delivery_id)
     except _REDIS_ERRORS as exc:
         log.warning("redis unavailable", extra={"error": type(exc).__name__, "job_id": update.job_id})
         response = _json(503, error="state store unavailable, not recorded")

@@ -65,6 +65,7 @@ class SigningKey:
 
     secret: bytes = field(repr=False)
     owners: frozenset[str] | None = None
+    instance: str = ""  # the Gitea instance whose deliveries it signs ("": the default one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,7 @@ class Delivery:
     event: str
     delivery_id: str | None
     payload: WorkflowJobPayload | None
+    instance: str = ""  # the Gitea instance its secret speaks for ("": the default one)
 
 
 def header(headers: Mapping[str, str], name: str) -> str:
@@ -129,9 +131,10 @@ def verify(payload: bytes, *, headers: Mapping[str, str], secrets: Sequence[byte
     if not matched:
         raise SignatureError("signature does not match")
     # One secret on several lines speaks for all their owners (any, if one line is bare).
+    # (`Settings` refuses one secret on lines of two instances.)
     if any(k.owners is None for k in matched):
-        return SigningKey(matched[0].secret)
-    return SigningKey(matched[0].secret, frozenset(o for k in matched for o in k.owners or ()))
+        return SigningKey(matched[0].secret, instance=matched[0].instance)
+    return SigningKey(matched[0].secret, frozenset(o for k in matched for o in k.owners or ()), matched[0].instance)
 
 
 def parse(body: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes | SigningKey]) -> Delivery:
@@ -157,7 +160,7 @@ def parse(body: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes | 
     owner = parsed.repository.full_name.split("/", 1)[0].lower()
     if key is not None and key.owners is not None and owner not in key.owners:
         raise OwnerError(f"this webhook secret may not speak for the repositories of {owner}")
-    return Delivery(event=event, delivery_id=delivery_id, payload=parsed)
+    return Delivery(event=event, delivery_id=delivery_id, payload=parsed, instance=key.instance if key else "")
 
 
 def outside_window(payload: WorkflowJobPayload, *, now_s: float, window_s: float) -> bool:

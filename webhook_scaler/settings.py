@@ -41,6 +41,28 @@ class RedisSettings(BaseModel):
     job_ttl: int = Field(25 * 3600, ge=60, description="Seconds an unfinished job record lives.")
     completed_ttl: int = Field(24 * 3600, ge=60, description="Seconds a finished job is remembered.")
     delivery_ttl: int = Field(24 * 3600, ge=60, description="Seconds a delivery id is remembered.")
+    gitea_instances: str = Field(
+        "",
+        pattern=r"^([a-z0-9][a-z0-9-]{0,30}=https?://[^\s,=]+)?(,[a-z0-9][a-z0-9-]{0,30}=https?://[^\s,=]+)*$",
+        description=(
+            "The Gitea instances besides the default one, as `name=URL,name=URL`: a RunnerGroup whose "
+            "gitea.url is one of them serves that instance's jobs, and webhook secret lines `[name] ...` speak "
+            "for its deliveries. Job ids are numbered per instance; each instance's jobs have keys of their own."
+        ),
+    )
+
+    @property
+    def instances(self) -> dict[str, str]:
+        """The named Gitea instances: name -> URL."""
+        return dict(pair.split("=", 1) for pair in self.gitea_instances.split(",") if pair)
+
+    @field_validator("gitea_instances")
+    @classmethod
+    def _names_once(cls, value: str) -> str:
+        pairs = [pair.split("=", 1) for pair in value.split(",") if pair]
+        if len({n for n, _ in pairs}) != len(pairs) or len({u.lower().rstrip("/") for _, u in pairs}) != len(pairs):
+            raise ValueError("each Gitea instance is named once, and each name is one instance's")
+        return value
 
     @field_validator("redis_url")
     @classmethod
@@ -57,7 +79,8 @@ class RedisSettings(BaseModel):
         return value
 
 
-# A secret bound to owners: `@owner1,owner2 SECRET`.
+# A secret line: `[instance] @owner1,owner2 SECRET`, the instance and the owners optional.
+_INSTANCE = re.compile(r"\[([a-z0-9][a-z0-9-]{0,30})\]\s+(\S.*)")
 _BOUND = re.compile(r"@([^\s,]+(?:,[^\s,]+)*)\s+(\S.*)")
 
 
@@ -73,7 +96,8 @@ class Settings(RedisSettings):
             "Accepted webhook secrets, one per line in GRS_WEBHOOK_SECRET or the file named by "
             "GRS_WEBHOOK_SECRET_FILE; several may be valid at once (rotation, one webhook per org). A line "
             "`@owner1,owner2 SECRET` binds SECRET to those owners' repositories: a delivery about another "
-            "owner's gets 403."
+            "owner's gets 403. A line `[name] SECRET` (or `[name] @owners SECRET`) signs the deliveries of the "
+            "Gitea instance GRS_GITEA_INSTANCES names so; other lines, the default instance's."
         ),
     )
     insecure_accept_unsigned_webhooks: bool = Field(
@@ -106,10 +130,20 @@ class Settings(RedisSettings):
     @classmethod
     def _bound_lines_name_a_secret(cls, value: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
         for n, line in enumerate(value, 1):
-            text = line.get_secret_value()
+            _, text = _instance_of(line.get_secret_value(), n)
             if text.startswith("@") and not _BOUND.fullmatch(text):
                 raise ValueError(f"line {n}: a bound secret is `@owner1,owner2 SECRET` (owners, a space, the secret)")
         return value
+
+    @model_validator(mode="after")
+    def _lines_name_known_instances(self) -> Settings:
+        seen: dict[bytes, str] = {}
+        for n, key in enumerate(self.signing_keys, 1):
+            if key.instance and key.instance not in self.instances:
+                raise ValueError(f"line {n}: [{key.instance}] is no instance GRS_GITEA_INSTANCES names")
+            if seen.setdefault(key.secret, key.instance) != key.instance:
+                raise ValueError(f"line {n}: one secret may speak for one Gitea instance only")
+        return self
 
     @property
     def window_s(self) -> int:
@@ -136,14 +170,25 @@ class Settings(RedisSettings):
 
     @property
     def signing_keys(self) -> tuple[SigningKey, ...]:
-        """The secrets as the HMAC wants them, each with the owners it is bound to (None: any)."""
+        """The secrets as the HMAC wants them, each with the owners it is bound to (None: any) and the
+        Gitea instance it speaks for ("": the default one)."""
         keys = []
-        for line in self.webhook_secrets:
-            text = line.get_secret_value()
+        for n, line in enumerate(self.webhook_secrets, 1):
+            instance, text = _instance_of(line.get_secret_value(), n)
             bound = _BOUND.fullmatch(text)
             if bound:
                 owners = frozenset(o.lower() for o in bound.group(1).split(","))
-                keys.append(SigningKey(bound.group(2).encode("utf-8"), owners))
+                keys.append(SigningKey(bound.group(2).encode("utf-8"), owners, instance))
             else:
-                keys.append(SigningKey(text.encode("utf-8")))
+                keys.append(SigningKey(text.encode("utf-8"), instance=instance))
         return tuple(keys)
+
+
+def _instance_of(line: str, n: int) -> tuple[str, str]:
+    """A secret line's instance ("": the default one) and the rest of the line."""
+    if not line.startswith("["):
+        return "", line
+    named = _INSTANCE.fullmatch(line)
+    if named is None:
+        raise ValueError(f"line {n}: a secret of a named instance is `[name] SECRET` or `[name] @owners SECRET`")
+    return named.group(1), named.group(2)

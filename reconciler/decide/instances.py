@@ -1,17 +1,19 @@
-"""Pure: one Gitea instance per install.
+"""Pure: which Gitea instance each RunnerGroup serves, and the groups of an instance with no keys of its own.
 
-Job ids are numbered per Gitea instance, and Redis keys them by id alone: two instances in one install
-would overwrite each other's jobs, and a poll of one would mark the other's queued jobs gone. So an
-install serves the instance of its oldest valid RunnerGroup (by creation, then namespace and name: every
-replica picks the same), and a group of any other instance is refused with a message saying what to do
-instead. A group being deleted is never refused (its drain still talks to its Gitea). Instances are
-compared by scheme, host, port and path (case-insensitive host, default ports spelt out): two URLs of one
-Gitea that differ (an internal Service name and a public host) count as two. Must not do I/O.
+Job ids are numbered per Gitea instance, so the jobs of each have Redis keys of their own
+(`webhook_scaler.store.keys`): the default instance's, and one set per instance the admin names
+(`GRS_GITEA_INSTANCES`, the chart's `giteaInstances`). A group serves the named instance its
+`gitea.url` is, else the default one. The default instance is one Gitea: the instance of its oldest
+valid group (by creation, then namespace and name: every replica picks the same); a group of any
+other unnamed instance is refused with a message saying what to do. A group being deleted is never
+refused (its drain still talks to its Gitea). Instances are compared by scheme, host, port and path
+(case-insensitive host, default ports spelt out): two URLs of one Gitea that differ (an internal
+Service name and a public host) count as two. Must not do I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol, TypeVar
 from urllib.parse import urlsplit
 
@@ -44,16 +46,24 @@ def instance(url: str) -> str:
     return f"{scheme}://{(parts.hostname or '').lower()}:{port}{parts.path.rstrip('/')}"
 
 
-def one_instance(views: Sequence[View[G]]) -> list[View[G]]:
-    """`views` with each valid group of a second Gitea instance turned invalid, and why."""
-    valid: list[tuple[G, RunnerGroupSpec]] = [(g, s) for g, s, _ in views if s is not None]
+def instance_of(url: str, named: Mapping[str, str]) -> str:
+    """Which of the `named` instances (name -> URL) `url` is; "" for the default one."""
+    key = instance(url)
+    return next((name for name, other in named.items() if instance(other) == key), "")
+
+
+def one_instance(views: Sequence[View[G]], named: Mapping[str, str] | None = None) -> list[View[G]]:
+    """`views` with each valid group of a second unnamed Gitea instance turned invalid, and why."""
+    named = named or {}
+    valid = [(g, s) for g, s, _ in views if s is not None and not instance_of(s.gitea.url, named)]
     if not valid:
         return list(views)
     first, spec = min(valid, key=lambda v: (v[0].created_ms, v[0].namespace, v[0].name))
     served = instance(spec.gitea.url)
     out: list[View[G]] = []
     for group, own, problem in views:
-        if own is not None and not group.deleting and instance(own.gitea.url) != served:
+        unnamed = own is not None and not instance_of(own.gitea.url, named)
+        if unnamed and own is not None and not group.deleting and instance(own.gitea.url) != served:
             out.append((group, None, _second(own.gitea.url, spec.gitea.url, first)))
         else:
             out.append((group, own, problem))
@@ -63,8 +73,7 @@ def one_instance(views: Sequence[View[G]]) -> list[View[G]]:
 def _second(url: str, served: str, first: Group) -> str:
     return (
         f"spec.gitea.url {url} is a second Gitea instance: this install serves {served} (RunnerGroup "
-        f"{first.namespace}/{first.name}, the oldest), and job ids of two instances collide in its Redis. "
-        "Serve the other instance from an install of its own (its own release and Redis), and list each "
-        "install's one instance in the chart's giteaURLs (GRS_GITEA_URLS); a Gitea reached by two URLs "
-        "must be named by one"
+        f"{first.namespace}/{first.name}, the oldest) as its default instance, and job ids of two instances "
+        "collide. Name the other instance in the chart's giteaInstances (GRS_GITEA_INSTANCES, name=URL) and "
+        "give its webhooks secret lines `[name] SECRET`; a Gitea reached by two URLs must be named by one"
     )

@@ -73,9 +73,9 @@ class GroupPass:
         self.create_slots = asyncio.Semaphore(settings.create_concurrency)  # shared by every group's pass
         self.seating = Seating(
             coordination, kube, registrations, claim_ttl_s=settings.claim_ttl, replica=settings.replica_id,
-            egress=egress,
+            egress=egress, named=settings.instances,
         )  # fmt: skip
-        self.deletions = Deletions(kube=kube, coordination=coordination, rows=rows, metrics=metrics)
+        self.deletions = Deletions(kube=kube, coordination=self.seating.of, rows=rows, metrics=metrics)
         self.budgets, self.admission = Budgets(kube), Admission(kube)
         self.facts_window_ms = int((2 * settings.poll_interval + 10) * 1000)
         self.jobs_by_group: Mapping[tuple[str, str], list[JobObject]] = {}
@@ -131,7 +131,7 @@ class GroupPass:
         jobs, ids = self.jobs_of(group), [q.job_id for q in queued]
         asked = self._asked(jobs)
         prepared = await self.seating.prepare(
-            group, jobs, state, lease=lease, runners=asked, queued=ids, lingering=self._lingering(group, state)
+            group, spec, jobs, state, lease=lease, runners=asked, queued=ids, lingering=self._lingering(group, state)
         )
         if prepared is None:
             return None
@@ -256,7 +256,7 @@ class GroupPass:
             results = await asyncio.gather(
                 *(one(c, n) for c, n in zip(creates, names, strict=True)), return_exceptions=True
             )
-        await self.seating.confirm(zip(creates, names, results, strict=True))
+        await self.seating.confirm(spec, zip(creates, names, results, strict=True))
         made = [(c, n) for c, n, r in zip(creates, names, results, strict=True) if r == "created"]
         self._made(group, label, made)
         refused = [r for r in results if isinstance(r, TransientError) and r.refused]

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from reconciler.decide.assign import CachedIndex
 from reconciler.decide.instances import View, one_instance
 from reconciler.decide.plan import Plan
 from reconciler.decide.state import GroupState
@@ -27,7 +26,7 @@ from reconciler.kube.egress import DIRECT, Egress
 from reconciler.kube.informers import caches
 from reconciler.kube.objects import GroupObject, JobObject, PodObject
 from reconciler.loop.apply import GroupPass
-from reconciler.loop.demand import NONE, Demand
+from reconciler.loop.demand import NONE, Queues
 from reconciler.loop.errors import kind_of
 from reconciler.loop.gitea_runners import RunnerRows
 from reconciler.loop.poller import Poller
@@ -76,8 +75,7 @@ class Controller:
         self.poller = self._poller(gitea)
         self._specs: dict[str, tuple[int, RunnerGroupSpec | None, str]] = {}
         self._group_of_runner: dict[str, tuple[str, str]] = {}  # runner name in Gitea -> (namespace, group)
-        self.groups_index = CachedIndex()
-        self.demand = Demand(store)
+        self.queues = Queues(store, settings.instances)
         self._background: set[asyncio.Task[None]] = set()
 
     def _group_pass(self, registrations: Registrations, egress: Egress) -> GroupPass:
@@ -217,7 +215,7 @@ class Controller:
             out.append((group, cached[1], cached[2]))
         for uid in set(self._specs) - seen:
             del self._specs[uid]
-        return one_instance(out)
+        return one_instance(out, self.settings.instances)
 
     def index(self) -> None:
         """Runner Jobs by group and Pods by Job, once per round, so a round is linear in groups + Jobs."""
@@ -239,8 +237,8 @@ class Controller:
         views = self.views()
         self.index()
         valid = [(g.namespace, g.name, spec) for g, spec, _ in views if spec is not None]
-        demand = await self.demand.read(self.groups_index.of(valid))
-        self.metrics.queue_wide(unmatched=self.demand.unmatched, held=self.demand.held)
+        demand = await self.queues.read(valid)
+        self.metrics.queue_wide(unmatched=self.queues.unmatched, held=self.queues.held)
         for group, spec, problem in views:
             self.scheduler.start(group, spec, problem, demand.get((group.namespace, group.name), NONE))
         await self._observe()

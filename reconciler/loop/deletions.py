@@ -9,7 +9,7 @@ the `RunnerReaped` Event; and holding or letting go of the group's finalizer (`d
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from reconciler.decide.plan import Delete
 from reconciler.decide.state import GroupState
@@ -28,9 +28,11 @@ log = logging.getLogger(__name__)
 class Deletions:
     """Deletes runners for the groups of one controller."""
 
-    def __init__(self, *, kube: Kube, coordination: Coordination, rows: RunnerRows, metrics: Metrics) -> None:
+    def __init__(
+        self, *, kube: Kube, coordination: Callable[[RunnerGroupSpec], Coordination], rows: RunnerRows, metrics: Metrics
+    ) -> None:
         self.kube = kube
-        self.coordination = coordination
+        self.coordination = coordination  # of the Gitea instance a group serves (`Seating.of`)
         self.rows = rows
         self.metrics = metrics
 
@@ -55,7 +57,7 @@ class Deletions:
             await self.kube.delete_job(group.namespace, d.name)
             state.deleting.add(d.name)  # its seat is freed once the Job and its Pods are gone
             if d.job_id is not None:
-                await self.coordination.release(d.job_id, holder=d.name)
+                await self.coordination(spec).release(d.job_id, holder=d.name)
             self.metrics.runners_deleted.labels(group=label, reason=d.reason).inc()
             log.info("runner deleted", extra={"group": group.name, "job": d.name, "reason": d.reason})
         reaped = [d.name for d in vetted.allowed if d.reason == "pending_timeout"]

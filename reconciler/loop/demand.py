@@ -12,10 +12,11 @@ id per queued job plus the rows of the windows.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from reconciler.decide.assign import GroupIndex, group_of
+from reconciler.decide.assign import CachedIndex, GroupIndex, group_of
+from reconciler.decide.instances import instance_of
 from reconciler.model.spec import RunnerGroupSpec
 from webhook_scaler.store.jobs.model import QueuedJob
 from webhook_scaler.store.jobs.records import JobStore, queued_job
@@ -115,3 +116,33 @@ class Demand:
             queued = set(ids)
             self._known = {i: v for i, v in self._known.items() if i in queued}
             self._group = {i: v for i, v in self._group.items() if i in queued}
+
+
+class Queues:
+    """Every Gitea instance's queue (`decide.instances`): each has keys of its own, and is read round
+    after round for the groups that serve that instance."""
+
+    def __init__(self, store: JobStore, named: Mapping[str, str]) -> None:
+        self.named = named
+        self.demand = {name: Demand(store.of(name)) for name in ("", *named)}
+        self._indexes = {name: CachedIndex() for name in self.demand}
+
+    @property
+    def unmatched(self) -> int:
+        """The last round's queued jobs no group of their instance matches."""
+        return sum(d.unmatched for d in self.demand.values())
+
+    @property
+    def held(self) -> int:
+        """Jobs the instances hold `waiting`."""
+        return sum(d.held for d in self.demand.values())
+
+    async def read(self, valid: Iterable[tuple[str, str, RunnerGroupSpec]]) -> dict[Key, GroupDemand]:
+        """Every group's queued jobs now, from the queue of the instance it serves (`Demand.read`)."""
+        served: dict[str, list[tuple[str, str, RunnerGroupSpec]]] = {name: [] for name in self.demand}
+        for namespace, name, spec in valid:
+            served[instance_of(spec.gitea.url, self.named)].append((namespace, name, spec))
+        out: dict[Key, GroupDemand] = {}
+        for instance, reader in self.demand.items():
+            out |= await reader.read(self._indexes[instance].of(served[instance]))
+        return out

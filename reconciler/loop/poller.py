@@ -14,6 +14,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
+from reconciler.decide.instances import instance_of
 from reconciler.decide.state import GroupState
 from reconciler.decide.status import Condition, timestamp
 from reconciler.gitea.api import GiteaClient, GiteaError, PollScope
@@ -104,14 +105,15 @@ class Poller:
         return scopes
 
     async def _poll_scope(self, scope: PollScope, groups: list[GroupObject]) -> float | None:
+        store = self.store.of(instance_of(scope.url, self.settings.instances))  # its instance's records
         try:
-            started_ms = await self.store.now_ms()
+            started_ms = await store.now_ms()
             listing = await self.gitea.jobs(scope)
             updates = [JobUpdate.from_job(p.job, repo_full_name=p.repo) for p in listing.jobs]
             redis_scope = (
                 ALL if scope.kind == "global" else Scope("repo" if scope.kind == "repo" else "owner", scope.target)
             )
-            added, dropped = await self.store.sync_polled(
+            added, dropped = await store.sync_polled(
                 redis_scope, updates, polled_since_ms=started_ms, complete=listing.complete
             )
             condition = Condition("GiteaReachable", "True", "PollSucceeded", f"{len(updates)} queued or running job(s)")

@@ -18,6 +18,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from reconciler.decide.instances import instance_of
 from reconciler.decide.plan import Create
 from reconciler.decide.state import GroupState
 from reconciler.decide.status import SEAT_EPOCH
@@ -68,8 +69,10 @@ class Seating:
         claim_ttl_s: float,
         replica: str = "",
         egress: Egress = DIRECT,
+        named: Mapping[str, str] | None = None,
     ) -> None:
         self.coordination = coordination
+        self.named = named or {}  # the named Gitea instances (`instances`): each one's claims are its own
         self.registrations = registrations
         self.egress = egress  # how its runners reach Gitea
         self.kube = kube
@@ -86,9 +89,14 @@ class Seating:
                 log.warning("heartbeat failed", extra={"error": repr(exc)})
             await asyncio.sleep(HEARTBEAT_S)
 
+    def of(self, spec: RunnerGroupSpec) -> Coordination:
+        """The coordination of the jobs of the Gitea instance the group serves."""
+        return self.coordination.of(instance_of(spec.gitea.url, self.named))
+
     async def prepare(
         self,
         group: GroupObject,
+        spec: RunnerGroupSpec,
         jobs: Sequence[JobObject],
         state: GroupState,
         *,
@@ -106,7 +114,8 @@ class Seating:
         gone = [n for n in state.deleting if n not in present]  # deleted by us, Pods and all: free
         ended = [j.name for j in jobs if j.finished and (state.seated is None or j.name in state.seated)]
         seat = [j.name for j in jobs if not j.finished and j.name not in state.deleting]
-        begun = await self.coordination.begin(
+        coordination = self.of(spec)
+        begun = await coordination.begin(
             group.uid, lease=lease, epoch=state.epoch, free=ended + gone, seat=seat, runners=runners, jobs=queued
         )
         if not begun.leased:
@@ -114,7 +123,7 @@ class Seating:
         if begun.seats is None or begun.activity is None:
             ready = await self._seat(group, jobs, state, present=present, gone=gone)
             state.deleting.difference_update(gone)
-            return ready, await self.coordination.activity(runners, jobs=queued)
+            return ready, await coordination.activity(runners, jobs=queued)
         state.deleting.difference_update(gone)
         return await self._settle(group, state, begun.seats, state.epoch, present=present), begun.activity
 
@@ -183,7 +192,7 @@ class Seating:
         try:  # a runner registered but never started leaves an idle row, which the ghost sweep deletes
             file = await self.registrations.register(group.namespace, spec, runner)
         except BaseException:
-            await self._drop(group, c, name)  # nothing was created
+            await self._drop(group, spec, c, name)  # nothing was created
             raise
         try:
             late = time.monotonic() - started > CREATE_DEADLINE_S
@@ -192,19 +201,19 @@ class Seating:
             if uid:
                 await self._hand_over(body, uid, file)
         except PermanentError:
-            await self._drop(group, c, name)  # refused: no such Job exists
+            await self._drop(group, spec, c, name)  # refused: no such Job exists
             raise
         except TransientError as exc:
             if exc.refused:  # turned down before anything was written: its seat is free again at once
-                await self._drop(group, c, name)
+                await self._drop(group, spec, c, name)
             else:
-                await self._unclaim(c, name)  # the seat stays: the create may have landed
+                await self._unclaim(spec, c, name)  # the seat stays: the create may have landed
             raise
         except BaseException:
-            await self._unclaim(c, name)  # the seat stays: the create may have landed
+            await self._unclaim(spec, c, name)  # the seat stays: the create may have landed
             raise
         if outcome == "late":
-            await self._drop(group, c, name)
+            await self._drop(group, spec, c, name)
         return outcome
 
     async def _take(
@@ -212,9 +221,10 @@ class Seating:
     ) -> str:
         """Take the job's claim (after releasing a stale one) and a seat in one step (`coordination`),
         binding the runner's name (`names`: the Job's, the runner's) to the owner the group serves."""
+        coordination = self.of(spec)
         if c.job_id is not None and c.stale_claim:
-            await self.coordination.release(c.job_id, holder=c.stale_claim)
-        return await self.coordination.take(
+            await coordination.release(c.job_id, holder=c.stale_claim)
+        return await coordination.take(
             group.uid,
             names[0],
             maximum=spec.max_active_runners,
@@ -246,20 +256,20 @@ class Seating:
                 await self.kube.delete_job(meta["namespace"], meta["name"])
             raise
 
-    async def confirm(self, outcomes: Iterable[tuple[Create, str, object]]) -> None:
+    async def confirm(self, spec: RunnerGroupSpec, outcomes: Iterable[tuple[Create, str, object]]) -> None:
         """Make the claims of runners that exist now (create outcomes "created" or "exists") last the
         claim TTL: one round trip for a pass's creates."""
         claims = [(c.job_id, n) for c, n, r in outcomes if c.job_id is not None and r in ("created", "exists")]
-        await self.coordination.confirm(claims, ttl_ms=self.claim_ttl_ms)
+        await self.of(spec).confirm(claims, ttl_ms=self.claim_ttl_ms)
 
-    async def _drop(self, group: GroupObject, c: Create, name: str) -> None:
+    async def _drop(self, group: GroupObject, spec: RunnerGroupSpec, c: Create, name: str) -> None:
         """Give back the seat and claim of a runner Job that was not and will not be created."""
         await self.coordination.seats(group.uid, free=[name])
-        await self._unclaim(c, name)
+        await self._unclaim(spec, c, name)
 
-    async def _unclaim(self, c: Create, name: str) -> None:
+    async def _unclaim(self, spec: RunnerGroupSpec, c: Create, name: str) -> None:
         if c.job_id is not None:
-            await self.coordination.release(c.job_id, holder=name)
+            await self.of(spec).release(c.job_id, holder=name)
 
 
 def _due(checked: Mapping[K, float], key: K) -> bool:

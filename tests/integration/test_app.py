@@ -365,6 +365,42 @@ def test_the_replay_window_follows_the_records_ttls_unless_set() -> None:
     assert settings(replay_window=600).window_s == 600
 
 
+async def test_each_gitea_instance_s_deliveries_go_to_its_own_jobs(aiohttp_client: MakeClient, redis: Redis) -> None:
+    """Job 7 of the default Gitea and job 7 of the instance named `second` are two jobs: the secret that
+    signs a delivery says whose, and neither instance's deliveries touch the other's record."""
+    instances = "second=https://gitea-b.example"
+    lines = ["@acme default-secret", "[second] @acme second-secret"]
+    app = create_app(
+        Settings(webhook_secrets=lines, gitea_instances=instances), redis=redis, registry=CollectorRegistry()
+    )
+    client = await aiohttp_client(app)
+
+    async def deliver(body: dict[str, Any], secret: str) -> Any:
+        raw, headers = signed(body, secret=secret)
+        return await client.post("/webhook", data=raw, headers=headers)
+
+    assert (await deliver(payload("queued", job_id=7, labels=["a"]), "default-secret")).status == 200
+    assert (await deliver(payload("queued", job_id=7, labels=["b"]), "second-secret")).status == 200
+    assert (await deliver(payload("completed", job_id=7), "second-secret")).status == 200
+    store = JobStore(redis)
+    assert [j.labels for j in await store.queued(ALL)] == [("a",)]
+    assert await store.of("second").queued(ALL) == []
+    assert (await stored(redis, 7))["state"] == "queued"
+
+
+@pytest.mark.parametrize(
+    ("lines", "problem"),
+    [
+        (["[third] s3"], r"line 1: \[third\] is no instance GRS_GITEA_INSTANCES names"),
+        (["s1", "[second] s1"], "line 2: one secret may speak for one Gitea instance only"),
+        (["[Second] s2"], r"line 1: a secret of a named instance is `\[name\] SECRET`"),
+    ],
+)
+def test_a_secret_line_of_an_unknown_instance_or_of_two_is_refused(lines: list[str], problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        Settings(webhook_secrets=lines, gitea_instances="second=https://gitea-b.example")
+
+
 def test_a_replay_window_past_the_records_is_refused() -> None:
     with pytest.raises(ValueError, match="GRS_REPLAY_WINDOW"):
         settings(replay_window=30 * 3600)  # the job TTL is 25 h

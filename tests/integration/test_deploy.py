@@ -42,6 +42,7 @@ from tests.integration.test_reconciler import (
 from tests.kube_cluster import KubeCluster, api_request, peer, runner_of
 from tests.kube_schemas import write_schemas
 from tests.redis_server import RedisServer, free_port, wait_port
+from webhook_scaler.settings import Settings as ReceiverSettings
 
 pytestmark = pytest.mark.kube
 ROOT = Path(__file__).resolve().parents[2]
@@ -197,6 +198,19 @@ def _hook(doc: dict[str, Any]) -> bool:
 
 def _env(doc: dict[str, Any], container: int = 0) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in doc["spec"]["template"]["spec"]["containers"][container]["env"]}
+
+
+def test_named_gitea_instances_reach_both_processes_as_their_settings_read_them() -> None:
+    sets = ("giteaInstances.second=https://gitea-b.example", "giteaInstances.a-third=http://gitea-c:3000")
+    docs = [d for d in render("ci", sets=sets) if d["kind"] == "Deployment" and "redis" not in d["metadata"]["name"]]
+    values = {_env(d).get("GRS_GITEA_INSTANCES") for d in docs}
+    assert values == {"a-third=http://gitea-c:3000,second=https://gitea-b.example"} and len(docs) == 2
+    (value,) = values
+    assert ReceiverSettings(webhook_secrets=["[second] s"], gitea_instances=value).instances == {
+        "a-third": "http://gitea-c:3000",
+        "second": "https://gitea-b.example",
+    }
+    assert not [d for d in render("ci") if d["kind"] == "Deployment" and "GRS_GITEA_INSTANCES" in _env(d)]
 
 
 def test_numbers_render_as_the_settings_parser_reads_them() -> None:

@@ -244,6 +244,31 @@ async def test_prefixes_separate_installations(redis: Redis) -> None:
     assert len(await a.queued(ALL)) == 1
 
 
+async def test_each_gitea_instance_has_its_own_jobs_and_a_poll_of_one_drops_nothing_of_another(redis: Redis) -> None:
+    """Job ids are numbered per instance: job 7 of the default instance and job 7 of `second` are two
+    jobs, each with its own record, claim and index; a complete listing of the default instance that
+    does not show job 7 marks only its own job 7 gone."""
+    default, second = JobStore(redis), JobStore(redis).of("second")
+    await default.record(upd("queued", job_id=7, labels=["a"]))
+    await second.record(upd("queued", job_id=7, labels=["b"]))
+    assert [j.labels for j in await default.queued(ALL)] == [("a",)]
+    assert [j.labels for j in await second.queued(ALL)] == [("b",)]
+    assert await claim(Coordination(redis).of("second"), 7, holder="runner-b", ttl_ms=60_000)
+    assert await claim(Coordination(redis), 7, holder="runner-a", ttl_ms=60_000)
+    for _ in range(2):
+        await default.sync_polled(ALL, [], polled_since_ms=await default.now_ms() + 1, complete=True)
+    assert await default.queued(ALL) == []
+    assert [(j.job_id, j.claimed_by) for j in await second.queued(ALL)] == [(7, "runner-b")]
+    assert (await stored(redis, 7))["state"] == "gone"
+    assert {text(k) for k in await redis.keys("{grs}:i:second:*")} == {
+        "{grs}:i:second:job:7",
+        "{grs}:i:second:claim:7",
+        "{grs}:i:second:queued",
+        "{grs}:i:second:queued:owner:acme",
+        "{grs}:i:second:queued:repo:acme/widgets",
+    }
+
+
 async def test_nothing_lives_forever(redis: Redis) -> None:
     store = JobStore(redis, ttls=Ttls(job=100, completed=50, delivery=30))
     await store.record(upd("queued", job_id=1), delivery_id="x")

@@ -481,9 +481,38 @@ async def test_a_group_of_a_second_gitea_instance_is_refused_and_the_first_insta
         await passes(controller)
     assert (cond["status"], cond["reason"]) == ("False", "InvalidSpec"), cond
     assert "https://other-gitea.example:3000 is a second Gitea instance" in cond["message"], cond
-    assert f"(RunnerGroup {ns}/a-first, the oldest)" in cond["message"] and "GRS_GITEA_URLS" in cond["message"]
+    assert f"(RunnerGroup {ns}/a-first, the oldest)" in cond["message"] and "GRS_GITEA_INSTANCES" in cond["message"]
     assert job["metadata"]["labels"][GROUP_LABEL] == "a-first"
     assert [j["metadata"]["name"] for j in runner_jobs(kube, ns)] == [job["metadata"]["name"]]
+
+
+async def test_two_gitea_instances_jobs_with_one_id_each_get_their_runner_and_no_poll_drops_the_others(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis, aiohttp_server: MakeServer
+) -> None:
+    """The admin names the second Gitea (GRS_GITEA_INSTANCES); both number a job 700. Each instance's
+    group starts one runner for its own job 700; complete listings of each instance (polls) leave the
+    other's job queued, and a job only the second one lists (701, its webhook lost) is the second's."""
+    fakes = [FakeGitea(token=API_TOKEN), FakeGitea(token=API_TOKEN)]
+    urls = [str((await aiohttp_server(f.app())).make_url("")).rstrip("/") for f in fakes]
+    ns = namespace(kube)
+    for name, url, fake in zip(("on-first", "on-second"), urls, fakes, strict=True):
+        create_group(kube, ns, name, gitea={"url": url}, labels=[], defaultLabels=[])
+        fake.add_job(700, repo="acme/widgets", labels=[])
+    fakes[1].add_job(701, repo="acme/widgets", labels=[])
+    update = JobUpdate.from_payload(model("queued", job_id=700, labels=[]))
+    for store in (JobStore(redis), JobStore(redis).of("second")):
+        await store.record(update)
+    options: dict[str, Any] = {"poll_enabled": True, "poll_interval": 3600, "gitea_instances": f"second={urls[1]}"}
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, **options) as controller:
+        jobs = await eventually(lambda: (lambda js: js if len(js) == 3 else None)(runner_jobs(kube, ns)))
+        for _ in range(2):  # a job is gone after two complete listings miss it
+            await asyncio.wait_for(controller.poll_once(), timeout=60)
+        await passes(controller)
+        assert len(runner_jobs(kube, ns)) == 3
+    ran = sorted((j["metadata"]["labels"][GROUP_LABEL], j["metadata"]["annotations"][JOB_ID_ANNOTATION]) for j in jobs)
+    assert ran == [("on-first", "700"), ("on-second", "700"), ("on-second", "701")]
+    assert [j.job_id for j in await JobStore(redis).queued()] == [700]
+    assert sorted(j.job_id for j in await JobStore(redis).of("second").queued()) == [700, 701]
 
 
 async def test_a_registration_token_gitea_refuses_starts_no_runner_and_says_so_until_it_is_replaced(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.decide.instances import View, instance, one_instance
+from reconciler.decide.instances import View, instance, instance_of, one_instance
 from reconciler.kube.objects import GroupObject
 from tests.groups import spec
 
@@ -68,3 +68,16 @@ def test_a_tie_goes_to_the_first_by_namespace_and_name_and_a_deleting_group_is_n
 def test_invalid_groups_pass_through_and_none_valid_refuses_nothing() -> None:
     group = GroupObject("ci", "bad", "uid-bad", 1, {}, {})
     assert one_instance([(group, None, "broken")]) == [(group, None, "broken")]
+
+
+def test_a_named_instance_is_served_beside_the_default_one_and_a_third_unnamed_one_is_refused() -> None:
+    named = {"second": "https://B.example:443/"}
+    views = [
+        view("old", "https://a.example", created_ms=1000),
+        view("oldest", "https://b.example", created_ms=500),  # named: not the default instance's
+        view("third", "https://c.example", created_ms=2000),
+    ]
+    decided = {g.name: (s is not None, p) for g, s, p in one_instance(views, named)}
+    assert decided["old"] == (True, "") and decided["oldest"] == (True, "")
+    assert not decided["third"][0] and "giteaInstances (GRS_GITEA_INSTANCES, name=URL)" in decided["third"][1]
+    assert [instance_of(u, named) for u in ("https://b.example", "https://a.example")] == ["second", ""]

@@ -23,6 +23,8 @@ that touches several is legal there.
 | `{p}:taker:{group_uid}:{name}`   | string | the replica process that took a runner Job's seat    | reclaim bound     |
 | `{p}:alive:{process}`            | string | a reconciler process is alive (its heartbeat)        | liveness TTL      |
 
+Each key above `{p}:events`, and `busy`, `done`, `claim` and `runner`, is one Gitea instance's: for an
+instance the admin names (`GRS_GITEA_INSTANCES`) it is under `{p}:i:{name}:` (`{p}:i:{name}:job:{job_id}`).
 The first ten are the receiver's job records (`jobs.records`); the rest are the reconciler's
 coordination (`seats.coordination`). Times are Redis' own clock (`TIME`, read by `NOW`).
 """
@@ -39,33 +41,41 @@ local now = tonumber(_t[1]) * 1000 + math.floor(tonumber(_t[2]) / 1000)
 
 
 class Keys:
-    """The key names under one prefix."""
+    """The key names under one prefix, for the jobs of one Gitea instance.
 
-    def __init__(self, prefix: str = "grs") -> None:
+    Job ids are numbered per Gitea instance, so every key about jobs and the runners that run them (a
+    job, a delivery, the indexes, `waiting`, `busy`, `done`, a claim, a runner's binding) carries the
+    instance: `{p}:i:{instance}:…`. The default instance ("") keeps the bare names. The wake-up stream,
+    the facts for the metrics and the reconciler's leases, seats, epoch and heartbeats are the install's.
+    """
+
+    def __init__(self, prefix: str = "grs", instance: str = "") -> None:
         self.p = "{" + prefix + "}"
+        self.instance = instance
+        self.j = f"{self.p}:i:{instance}" if instance else self.p  # where this instance's job keys live
         self.stream = f"{self.p}:events"
         self.observed = f"{self.p}:observed"
-        self.busy = f"{self.p}:busy"
-        self.waiting = f"{self.p}:waiting"
-        self.done = f"{self.p}:done"
+        self.busy = f"{self.j}:busy"
+        self.waiting = f"{self.j}:waiting"
+        self.done = f"{self.j}:done"
         self.epoch = f"{self.p}:epoch"
 
     def job(self, job_id: int | str) -> str:
         """One job's record."""
-        return f"{self.p}:job:{job_id}"
+        return f"{self.j}:job:{job_id}"
 
     def delivery(self, delivery_id: str) -> str:
         """The seen marker of one webhook delivery."""
-        return f"{self.p}:delivery:{delivery_id}"
+        return f"{self.j}:delivery:{delivery_id}"
 
     def claim(self, job_id: int | str) -> str:
         """Who started a runner for one job."""
-        return f"{self.p}:claim:{job_id}"
+        return f"{self.j}:claim:{job_id}"
 
     def runner(self, runner_name: str) -> str:
         """Whose jobs a runner of ours may run: webhooks naming it about another owner's job are not
         believed about it."""
-        return f"{self.p}:runner:{runner_name or '-'}"
+        return f"{self.j}:runner:{runner_name or '-'}"
 
     def lock(self, name: str) -> str:
         """One lease."""
@@ -86,8 +96,8 @@ class Keys:
     def index(self, scope: Scope) -> str:
         """The queued-jobs index of one scope."""
         if scope.kind == "all":
-            return f"{self.p}:queued"
-        return f"{self.p}:queued:{scope.kind}:{scope.name.lower()}"
+            return f"{self.j}:queued"
+        return f"{self.j}:queued:{scope.kind}:{scope.name.lower()}"
 
     def indexes(self, owner: str, repo: str) -> list[str]:
         """The three indexes a job of this repository is in."""

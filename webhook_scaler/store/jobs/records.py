@@ -13,6 +13,7 @@ names are compared case-insensitively, as Gitea does, and stored lower-case.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -84,15 +85,23 @@ def queued_job(job_id: bytes | str, row: Sequence[bytes | None]) -> QueuedJob:
 class JobStore:
     """Typed async operations over the job records."""
 
-    def __init__(self, redis: Redis, *, prefix: str = "grs", ttls: Ttls | None = None) -> None:
+    def __init__(self, redis: Redis, *, prefix: str = "grs", ttls: Ttls | None = None, instance: str = "") -> None:
         self.redis = redis
         self.ttls = ttls or Ttls()
         self.prefix = prefix
-        self.keys = Keys(prefix)
+        self.keys = Keys(prefix, instance)
         self._record = ScriptBatch(redis, RECORD)  # concurrent deliveries share round trips
         self._drop = redis.register_script(DROP)
         self._listed = redis.register_script(LISTED)
         self._queued = redis.register_script(QUEUED)
+
+    def of(self, instance: str) -> JobStore:
+        """The records of another Gitea instance's jobs ("": the default one), on the same connections."""
+        if instance == self.keys.instance:
+            return self
+        other = copy.copy(self)
+        other.keys = Keys(self.prefix, instance)
+        return other
 
     async def now_ms(self) -> int:
         """Redis' clock, the one every record is ordered by, in milliseconds."""

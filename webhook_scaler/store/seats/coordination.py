@@ -42,6 +42,7 @@ and seats their active Jobs first.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,6 +104,7 @@ class Coordination:
 
     def __init__(self, redis: Redis, *, prefix: str = "grs") -> None:
         self.redis = redis
+        self.prefix = prefix
         self.keys = Keys(prefix)
         self._take = redis.register_script(TAKE)
         self._confirm = redis.register_script(CONFIRM)
@@ -111,6 +113,15 @@ class Coordination:
         self._epoch = redis.register_script(EPOCH)
         self._seats = redis.register_script(SEATS)
         self._begin = redis.register_script(BEGIN)
+
+    def of(self, instance: str) -> Coordination:
+        """The same, for the jobs and runners of another Gitea instance ("": the default one): its claims,
+        bindings and Gitea's word on its runners; the seats, leases and heartbeats are the install's."""
+        if instance == self.keys.instance:
+            return self
+        other = copy.copy(self)
+        other.keys = Keys(self.prefix, instance)
+        return other
 
     async def take(
         self,

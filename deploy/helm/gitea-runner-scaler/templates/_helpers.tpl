@@ -155,6 +155,10 @@ topologySpreadConstraints:
   value: {{ .Values.logLevel | quote }}
 - name: GRS_LOG_FORMAT
   value: {{ .Values.logFormat | quote }}
+{{- with .Values.giteaInstances }}
+- name: GRS_GITEA_INSTANCES
+  value: {{ $pairs := list }}{{ range $name, $url := . }}{{ $pairs = append $pairs (printf "%s=%s" $name $url) }}{{ end }}{{ join "," $pairs | quote }}
+{{- end }}
 {{- end -}}
 
 {{- define "grs.podSecurity" -}}
