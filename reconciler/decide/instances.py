@@ -48,6 +48,8 @@ def instance(url: str) -> str:
 
 def instance_of(url: str, named: Mapping[str, str]) -> str:
     """Which of the `named` instances (name -> URL) `url` is; "" for the default one."""
+    if not named:
+        return ""
     key = instance(url)
     return next((name for name, other in named.items() if instance(other) == key), "")
 
