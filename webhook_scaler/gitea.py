@@ -20,11 +20,24 @@ import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
 # `{root}api/v1/repos/{owner}/{repo}/actions/jobs/{id}` (1.25+) or `.../actions/runs/{run}/jobs/{id}` (1.24).
 _REPO_IN_URL = re.compile(r"/api/v1/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)/actions/")
+
+
+_PORTS = {"http": 80, "https": 443}
+
+
+def instance_url(url: str) -> str:
+    """The Gitea instance a URL names: `scheme://host:port/path`, lower-case host, default ports spelt
+    out, no trailing slash (two spellings of one URL are one instance; two hosts of one Gitea, two)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or _PORTS.get(scheme, 0)
+    return f"{scheme}://{(parts.hostname or '').lower()}:{port}{parts.path.rstrip('/')}"
 
 
 class JobStatus(StrEnum):

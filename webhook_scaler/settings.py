@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from webhook_scaler.config import FromFile
 from webhook_scaler.delivery import SigningKey
+from webhook_scaler.gitea import instance_url
 from webhook_scaler.store.client import parse_url
 
 
@@ -60,7 +61,7 @@ class RedisSettings(BaseModel):
     @classmethod
     def _names_once(cls, value: str) -> str:
         pairs = [pair.split("=", 1) for pair in value.split(",") if pair]
-        if len({n for n, _ in pairs}) != len(pairs) or len({u.lower().rstrip("/") for _, u in pairs}) != len(pairs):
+        if len({n for n, _ in pairs}) != len(pairs) or len({instance_url(u) for _, u in pairs}) != len(pairs):
             raise ValueError("each Gitea instance is named once, and each name is one instance's")
         return value
 
@@ -131,8 +132,11 @@ class Settings(RedisSettings):
     def _bound_lines_name_a_secret(cls, value: tuple[SecretStr, ...]) -> tuple[SecretStr, ...]:
         for n, line in enumerate(value, 1):
             _, text = _instance_of(line.get_secret_value(), n)
-            if text.startswith("@") and not _BOUND.fullmatch(text):
+            bound = _BOUND.fullmatch(text)
+            if text.startswith("@") and not bound:
                 raise ValueError(f"line {n}: a bound secret is `@owner1,owner2 SECRET` (owners, a space, the secret)")
+            if bound and bound.group(2).startswith("["):
+                raise ValueError(f"line {n}: the instance comes first: `[name] @owner1,owner2 SECRET`")
         return value
 
     @model_validator(mode="after")

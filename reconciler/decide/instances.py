@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Protocol, TypeVar
-from urllib.parse import urlsplit
 
 from reconciler.model.spec import RunnerGroupSpec
+from webhook_scaler.gitea import instance_url as instance
 
 
 class Group(Protocol):
@@ -35,15 +35,6 @@ class Group(Protocol):
 
 G = TypeVar("G", bound=Group)
 View = tuple[G, RunnerGroupSpec | None, str]  # a group, its valid spec or None, what is wrong
-_PORTS = {"http": 80, "https": 443}
-
-
-def instance(url: str) -> str:
-    """The Gitea instance a URL names: `scheme://host:port/path`, lower-case host, no trailing slash."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    port = parts.port or _PORTS.get(scheme, 0)
-    return f"{scheme}://{(parts.hostname or '').lower()}:{port}{parts.path.rstrip('/')}"
 
 
 def instance_of(url: str, named: Mapping[str, str]) -> str:

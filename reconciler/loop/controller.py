@@ -262,16 +262,14 @@ class Controller:
     async def _observe(self) -> None:
         """Turn the facts the receivers recorded (a runner took a job, a job completed) into the metrics
         of the runner's group. Each fact is taken by one replica only, so sums across replicas count
-        each job once; facts about runners that are not ours are dropped."""
+        each job once; facts about runners that are not ours, or not of that Gitea instance's groups, are
+        dropped (`Queues.observations`)."""
         try:
-            facts = await self.store.observations()
+            facts = await self.queues.observations(self._group_of_runner)
         except Exception as exc:  # the metrics wait for Redis; the round does not
             log.warning("observations unavailable", extra={"error": repr(exc)})
             return
-        for fact in facts:
-            key = self._group_of_runner.get(fact.runner)
-            if key is None:
-                continue
+        for key, fact in facts:
             group = f"{key[0]}/{key[1]}"
             if fact.kind == "picked":
                 self.metrics.queue_wait.labels(group=group).observe(fact.seconds)

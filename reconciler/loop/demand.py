@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from reconciler.decide.assign import CachedIndex, GroupIndex, group_of
 from reconciler.decide.instances import instance_of
 from reconciler.model.spec import RunnerGroupSpec
-from webhook_scaler.store.jobs.model import QueuedJob
+from webhook_scaler.store.jobs.model import Observation, QueuedJob
 from webhook_scaler.store.jobs.records import JobStore, queued_job
 
 Key = tuple[str, str]
@@ -66,6 +66,7 @@ class Demand:
         sizes = {(g.namespace, g.name): window(g.spec) for g in index.groups}
         picked: dict[Key, list[bytes]] = {}
         totals: dict[Key, int] = {}
+        taken: dict[tuple[Key, bool], int] = {}  # the window's jobs, apart for aged ones not confirmed yet
         self.unmatched = 0
         for job_id in ids:
             key = self._group_of(job_id, index)
@@ -73,9 +74,11 @@ class Demand:
                 self.unmatched += job_id in self._known
                 continue
             totals[key] = totals.get(key, 0) + 1
-            oldest = picked.setdefault(key, [])
-            if len(oldest) < sizes[key]:
-                oldest.append(job_id)
+            # Doubted jobs (maybe replays, see `waiting.believed`) never crowd believed ones out of a window.
+            budget = (key, self._known[job_id][1].unconfirmed)
+            if (n := taken.get(budget, 0)) < sizes[key]:
+                taken[budget] = n + 1
+                picked.setdefault(key, []).append(job_id)
         await self._read([i for oldest in picked.values() for i in oldest if i not in fresh])
         self._prune(ids)
         known = self._known
@@ -126,6 +129,7 @@ class Queues:
         self.named = named
         self.demand = {name: Demand(store.of(name)) for name in ("", *named)}
         self._indexes = {name: CachedIndex() for name in self.demand}
+        self._instance_of: dict[Key, str] = {}  # each group's instance, as of the last round
 
     @property
     def unmatched(self) -> int:
@@ -140,9 +144,23 @@ class Queues:
     async def read(self, valid: Iterable[tuple[str, str, RunnerGroupSpec]]) -> dict[Key, GroupDemand]:
         """Every group's queued jobs now, from the queue of the instance it serves (`Demand.read`)."""
         served: dict[str, list[tuple[str, str, RunnerGroupSpec]]] = {name: [] for name in self.demand}
+        self._instance_of = {}
         for namespace, name, spec in valid:
-            served[instance_of(spec.gitea.url, self.named)].append((namespace, name, spec))
+            instance = self._instance_of[(namespace, name)] = instance_of(spec.gitea.url, self.named)
+            served[instance].append((namespace, name, spec))
         out: dict[Key, GroupDemand] = {}
         for instance, reader in self.demand.items():
             out |= await reader.read(self._indexes[instance].of(served[instance]))
+        return out
+
+    async def observations(self, group_of_runner: Mapping[str, Key]) -> list[tuple[Key, Observation]]:
+        """The facts each instance's receivers recorded about runners of its own groups (a runner took a
+        job, its job completed), each taken by one replica only; facts naming any other runner (another
+        instance's, or none of ours) are dropped."""
+        out: list[tuple[Key, Observation]] = []
+        for instance, reader in self.demand.items():
+            for fact in await reader.store.observations():
+                key = group_of_runner.get(fact.runner)
+                if key is not None and self._instance_of.get(key) == instance:
+                    out.append((key, fact))
         return out

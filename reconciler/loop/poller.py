@@ -124,6 +124,10 @@ class Poller:
             condition = Condition("GiteaReachable", "False", "PollFailed", str(exc))
             failure = exc.retry_after
             log.warning("poll failed", extra={"scope": repr(scope), "error": str(exc), "status": exc.status})
+        except Exception as exc:  # e.g. Redis failing: the poll told nothing, and the group must say so
+            condition = Condition("GiteaReachable", "Unknown", "PollFailed", f"the poll failed: {type(exc).__name__}")
+            failure = 0.0
+            log.exception("poll failed", extra={"scope": repr(scope)})
         checked = timestamp(datetime.now(UTC))
         for group in groups:
             state = self.state_of(group)

@@ -394,11 +394,17 @@ async def test_each_gitea_instance_s_deliveries_go_to_its_own_jobs(aiohttp_clien
         (["[third] s3"], r"line 1: \[third\] is no instance GRS_GITEA_INSTANCES names"),
         (["s1", "[second] s1"], "line 2: one secret may speak for one Gitea instance only"),
         (["[Second] s2"], r"line 1: a secret of a named instance is `\[name\] SECRET`"),
+        (["@acme [second] s2"], r"line 1: the instance comes first: `\[name\] @owner1,owner2 SECRET`"),
     ],
 )
 def test_a_secret_line_of_an_unknown_instance_or_of_two_is_refused(lines: list[str], problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         Settings(webhook_secrets=lines, gitea_instances="second=https://gitea-b.example")
+
+
+def test_one_gitea_is_named_once_however_its_url_is_spelt() -> None:
+    with pytest.raises(ValueError, match="each Gitea instance is named once, and each name is one instance's"):
+        Settings(webhook_secrets=["s"], gitea_instances="a=https://g.example,b=https://G.example:443/")
 
 
 def test_a_replay_window_past_the_records_is_refused() -> None:

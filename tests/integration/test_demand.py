@@ -4,18 +4,19 @@ many jobs are queued before them."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
 from reconciler.decide.assign import GroupIndex, GroupView, index_groups
-from reconciler.loop.demand import Demand, window
+from reconciler.loop.demand import Demand, Queues, window
 from reconciler.model.labels import effective_labels, names
 from tests.groups import spec
 from tests.jobs import claim, model
 from tests.redis_server import RedisServer
-from webhook_scaler.store.jobs.model import JobUpdate
+from webhook_scaler.store.jobs.model import JobUpdate, Scope
 from webhook_scaler.store.jobs.records import JobStore
 from webhook_scaler.store.seats.coordination import Coordination
 
@@ -86,3 +87,39 @@ async def test_a_group_without_matching_jobs_has_no_entry(redis: Redis, queued: 
     store = JobStore(redis)
     await queue(store, range(1, 1 + queued), repo="acme/elsewhere")
     assert await Demand(store).read(index_groups([group("a")])) == {}
+
+
+async def test_doubted_jobs_never_crowd_a_believed_one_out_of_its_groups_window(redis: Redis) -> None:
+    """Replayed deliveries recorded as `aged` (maybe replays, until a poll lists them) take a window of
+    their own: a job queued after more of them than a group's window still reaches its group, and a
+    doubted job the poll confirms is read again in the round after."""
+    store = JobStore(redis)
+    size = window(spec(maxActiveRunners=1))  # 12
+    for job_id in range(11, 11 + size + 5):
+        aged = dataclasses.replace(
+            JobUpdate.from_payload(model("queued", job_id=job_id, repo="acme/a", labels=["k8s"])), aged=True
+        )
+        await store.record(aged)
+    await queue(store, range(90, 91), repo="acme/a")
+    index = index_groups([group("a", maxActiveRunners=1)])
+    reader = Demand(store)
+    demand = (await reader.read(index))[("ci", "a")]
+    assert ids(demand) == [*range(11, 11 + size), 90] and demand.total == size + 6
+    listed = [JobUpdate.from_payload(model("queued", job_id=11, repo="acme/a", labels=["k8s"]))]
+    await store.sync_polled(Scope("repo", "acme/a"), listed, polled_since_ms=await store.now_ms(), complete=False)
+    again = (await reader.read(index))[("ci", "a")]
+    assert [j.job_id for j in again.jobs if not j.unconfirmed] == [11, 90]
+
+
+async def test_facts_about_a_runner_count_only_from_the_gitea_its_group_serves(redis: Redis) -> None:
+    """A webhook of another Gitea instance naming a runner of ours (its names are not secret there)
+    adds nothing to that runner's group's metrics."""
+    store = JobStore(redis)
+    queues = Queues(store, {"second": "https://second.example"})
+    done = JobUpdate.from_payload(model("completed", job_id=5, repo="acme/a"))
+    for instance in ("", "second"):
+        await store.of(instance).record(dataclasses.replace(done, runner_name="a-5-1.cafe0123"))
+    await queues.read([("ci", "a", group("a").spec)])
+    facts = await queues.observations({"a-5-1.cafe0123": ("ci", "a")})
+    assert [(key, fact.kind) for key, fact in facts] == [(("ci", "a"), "completed")]
+    assert await store.of("second").observations() == []  # taken, and dropped

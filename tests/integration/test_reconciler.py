@@ -805,6 +805,23 @@ async def test_with_the_poll_off_a_doubted_job_gets_its_runner_as_any(
     assert [j["metadata"]["annotations"][JOB_ID_ANNOTATION] for j in jobs] == ["603"]
 
 
+async def test_with_the_poll_failing_a_doubted_job_gets_its_runner(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis, aiohttp_server: MakeServer
+) -> None:
+    """A Gitea that cannot be listed (its API down, or too old to list jobs) never confirms a job."""
+    fake = FakeGitea(token=API_TOKEN)
+    fake.fail_with = 503
+    server = await aiohttp_server(fake.app())
+    ns = namespace(kube)
+    create_group(kube, ns, "unpolled", gitea={"url": str(server.make_url("")).rstrip("/")}, labels=[], defaultLabels=[])
+    update = JobUpdate.from_payload(model("queued", job_id=604, labels=[]))
+    await JobStore(redis).record(dataclasses.replace(update, aged=True))
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, poll_enabled=True, poll_interval=1):
+        jobs = await eventually(lambda: runner_jobs(kube, ns))
+    assert [j["metadata"]["annotations"][JOB_ID_ANNOTATION] for j in jobs] == ["604"]
+    assert group_status(kube, ns, "unpolled")["conditions"]["GiteaReachable"]["reason"] == "PollFailed"
+
+
 async def _state_is(redis: Redis, job_id: int, state: bytes) -> bool:
     return bool(await redis.hget(f"{{grs}}:job:{job_id}", "state") == state)
 

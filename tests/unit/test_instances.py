@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.decide.instances import View, instance, instance_of, one_instance
+from reconciler.decide.instances import View, instance_of, one_instance
 from reconciler.kube.objects import GroupObject
 from tests.groups import spec
+from webhook_scaler.gitea import instance_url as instance
 
 
 def view(name: str, url: str, *, created_ms: int = 0, deleting: bool = False) -> View[GroupObject]:

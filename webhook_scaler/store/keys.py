@@ -23,7 +23,7 @@ that touches several is legal there.
 | `{p}:taker:{group_uid}:{name}`   | string | the replica process that took a runner Job's seat    | reclaim bound     |
 | `{p}:alive:{process}`            | string | a reconciler process is alive (its heartbeat)        | liveness TTL      |
 
-Each key above `{p}:events`, and `busy`, `done`, `claim` and `runner`, is one Gitea instance's: for an
+Each key above `{p}:events`, and `observed`, `busy`, `done`, `claim` and `runner`, is one Gitea instance's: for an
 instance the admin names (`GRS_GITEA_INSTANCES`) it is under `{p}:i:{name}:` (`{p}:i:{name}:job:{job_id}`).
 The first ten are the receiver's job records (`jobs.records`); the rest are the reconciler's
 coordination (`seats.coordination`). Times are Redis' own clock (`TIME`, read by `NOW`).
@@ -44,9 +44,10 @@ class Keys:
     """The key names under one prefix, for the jobs of one Gitea instance.
 
     Job ids are numbered per Gitea instance, so every key about jobs and the runners that run them (a
-    job, a delivery, the indexes, `waiting`, `busy`, `done`, a claim, a runner's binding) carries the
-    instance: `{p}:i:{instance}:…`. The default instance ("") keeps the bare names. The wake-up stream,
-    the facts for the metrics and the reconciler's leases, seats, epoch and heartbeats are the install's.
+    job, a delivery, the indexes, `waiting`, the facts for the metrics, `busy`, `done`, a claim, a
+    runner's binding) carries the instance: `{p}:i:{instance}:…`. The default instance ("") keeps the
+    bare names. The wake-up stream and the reconciler's leases, seats, epoch and heartbeats are the
+    install's.
     """
 
     def __init__(self, prefix: str = "grs", instance: str = "") -> None:
@@ -54,7 +55,7 @@ class Keys:
         self.instance = instance
         self.j = f"{self.p}:i:{instance}" if instance else self.p  # where this instance's job keys live
         self.stream = f"{self.p}:events"
-        self.observed = f"{self.p}:observed"
+        self.observed = f"{self.j}:observed"
         self.busy = f"{self.j}:busy"
         self.waiting = f"{self.j}:waiting"
         self.done = f"{self.j}:done"
