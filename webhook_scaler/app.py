@@ -34,6 +34,7 @@ METRICS = web.AppKey("metrics", Metrics)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 STOPPING = web.AppKey("stopping", asyncio.Event)
 CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")  # wall-clock seconds: how old a job is
+KEYS: web.AppKey[tuple[delivery.SigningKey, ...]] = web.AppKey("keys")  # the secret lines, parsed once
 
 _REDIS_ERRORS = (RedisError, RedisClusterException, OSError, TimeoutError)
 
@@ -73,9 +74,9 @@ async def webhook(request: web.Request) -> web.Response:
 
 async def _handle(request: web.Request) -> tuple[web.Response, str, str]:
     settings, store, metrics = request.app[SETTINGS], request.app[STORE], request.app[METRICS]
-    body = await _read_body(request, settings.max_body_bytes)
+    body, keys = await _read_body(request, settings.max_body_bytes), request.app[KEYS]
     try:
-        parsed = delivery.parse(body, headers=request.headers, secrets=settings.signing_keys)
+        parsed = delivery.parse(body, headers=request.headers, secrets=keys)
     except delivery.DeliveryError as exc:
         return _refused(request, exc), "unknown", exc.reason
     if parsed.payload is None:
@@ -173,6 +174,7 @@ def create_app(
     app[STORE] = JobStore(store_client(redis), prefix=settings.redis_prefix, ttls=ttls)
     app[STOPPING] = asyncio.Event()
     app[CLOCK] = clock
+    app[KEYS] = settings.signing_keys
     app.on_shutdown.append(_mark_stopping)
     app.router.add_post(settings.webhook_path, webhook)
     app.router.add_get("/healthz", healthz)
