@@ -5,9 +5,10 @@ from __future__ import annotations
 import socket
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from reconciler.kube.runner_policy import RunnerPolicy
+from webhook_scaler.gitea import instance_url
 from webhook_scaler.settings import RedisSettings
 
 
@@ -74,6 +75,16 @@ class Settings(RedisSettings):
         description=(
             "The Gitea URLs RunnerGroups may name (spec.gitea.url, or a path under one), comma-separated; "
             "empty = any. A group naming another is refused: nothing is polled there, no runner registers."
+        ),
+    )
+    gitea_url: str = Field(
+        "",
+        pattern=r"^(https?://[^\s,]+)?$",
+        description=(
+            "The default Gitea instance's URL: the Gitea whose jobs have the default Redis keys and whose "
+            "webhooks the secret lines without [name] sign. A RunnerGroup whose gitea.url is neither it nor "
+            "an instance of GRS_GITEA_INSTANCES is refused. Unset = the one URL of GRS_GITEA_URLS that "
+            "GRS_GITEA_INSTANCES does not name, if there is exactly one; else no default instance."
         ),
     )
     runner_pod_allow_host_namespaces: bool = Field(
@@ -143,6 +154,27 @@ class Settings(RedisSettings):
                 + ([self.runner_cache_secret_name] if self.runner_cache_url else [])
             ),
         )
+
+    @property
+    def default_gitea(self) -> str:
+        """The default Gitea instance's URL (`GRS_GITEA_URL`, else the one unnamed URL of `GRS_GITEA_URLS`), or
+        "" for none."""
+        if self.gitea_url:
+            return self.gitea_url
+        named = {instance_url(url) for url in self.instances.values()}
+        unnamed = [url for url in self.gitea_urls.split(",") if url and instance_url(url) not in named]
+        return unnamed[0] if len(unnamed) == 1 else ""
+
+    @model_validator(mode="after")
+    def _default_not_named(self) -> Settings:
+        named = {instance_url(url): name for name, url in self.instances.items()}
+        if self.gitea_url and instance_url(self.gitea_url) in named:
+            raise ValueError(
+                f"GRS_GITEA_URL {self.gitea_url} is also the instance {named[instance_url(self.gitea_url)]} of "
+                "GRS_GITEA_INSTANCES: a Gitea is the default instance (the chart's gitea.url) or a named one "
+                "(giteaInstances), not both"
+            )
+        return self
 
     @property
     def protected(self) -> frozenset[tuple[str, str]]:

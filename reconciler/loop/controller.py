@@ -215,7 +215,7 @@ class Controller:
             out.append((group, cached[1], cached[2]))
         for uid in set(self._specs) - seen:
             del self._specs[uid]
-        return one_instance(out, self.settings.instances)
+        return one_instance(out, default=self.settings.default_gitea, named=self.settings.instances)
 
     def index(self) -> None:
         """Runner Jobs by group and Pods by Job, once per round, so a round is linear in groups + Jobs."""
