@@ -1,7 +1,8 @@
 """Pure: what each runner Job of a group is doing, classified from its Job, its Pods and Gitea's word.
 
-Owns: `Phase`, `Runner` (one runner Job as `plan` decides from it) and `classify`. Classified before
-anything is decided, so `plan` never reads a Job or a Pod. Must not do I/O or read the clock.
+Owns: `Phase`, `Runner` (one runner Job as `plan` decides from it) and `classify`, which also tells a
+runner that failed apart from one Kubernetes stopped (`Runner.disruption`). Classified before anything
+is decided, so `plan` never reads a Job or a Pod. Must not do I/O or read the clock.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ class Phase(StrEnum):
 
 
 ACTIVE = frozenset({Phase.PENDING, Phase.IDLE, Phase.BUSY, Phase.FINISHING})
+# A failed runner Job none of whose Pods is left: Kubernetes deleted its Pod (an eviction, a preemption,
+# its node's loss, a delete by hand, its Job's deadline). A runner that fails on its own keeps its Pod,
+# Failed, for as long as its Job is there.
+POD_GONE = "PodDeleted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,9 @@ class Runner:
     # Gitea told us it took a job (a webhook or a poll), since its Job was created; for FAILED: a job
     # not over when it failed (it died during the job)
     heard: bool = False
+    # for FAILED: why Kubernetes stopped it ("" if it failed on its own): an ordinary event of a cluster
+    # (a drain, a preemption, a node lost), never a reason to hold the group back (see `plan.backoff`)
+    disruption: str = ""
 
 
 def classify(
@@ -55,16 +63,20 @@ def classify(
     busy: bool,
     finished_ms: int = 0,
     done_ms: int | None = None,
+    disruption: str = "",
 ) -> Runner:
     """A runner's phase from its Job's finish condition, its Pods' (phase, running-since) and Gitea's word
-    (`busy`: it runs a job; `done_ms`: when the job it took completed)."""
+    (`busy`: it runs a job; `done_ms`: when the job it took completed); `disruption`: why Kubernetes
+    stopped one of its Pods, if it did (`objects.PodObject.disruption`)."""
     heard = busy or done_ms is not None
     if finished == "Complete":
         return Runner(name, Phase.SUCCEEDED, created_ms, job_id, finished_ms=finished_ms or created_ms, heard=heard)
     if finished == "Failed":
         failed_ms = finished_ms or created_ms
+        stopped = disruption or ("" if pod_phases else POD_GONE)
+        lost = busy and done_ms is None
         return Runner(
-            name, Phase.FAILED, created_ms, job_id, reason or "Failed", failed_ms, heard=busy and done_ms is None
+            name, Phase.FAILED, created_ms, job_id, reason or "Failed", failed_ms, heard=lost, disruption=stopped
         )
     running = [since for phase, since in pod_phases if phase == "Running"]
     if busy:

@@ -12,8 +12,9 @@ Runners that fail (a bad registration token, Gitea unreachable, an image that do
 the group back: after n failures in a row no runner is started until the last failure is
 `min(initial * 2^(n-1), max)` old. The streak is read from the failed runner Jobs themselves (failed
 after the group's last runner that took a job or finished), so every replica sees the same one and
-it survives restarts; a runner that takes a job ends it. Must not do I/O, sleep, or read the clock:
-`now_ms` is an argument.
+it survives restarts; a runner that takes a job ends it. One Kubernetes stopped (evicted, preempted,
+its node lost: `Runner.disruption`) neither counts nor ends it. Must not do I/O, sleep, or read the
+clock: `now_ms` is an argument.
 """
 
 from __future__ import annotations
@@ -56,12 +57,11 @@ class Backoff:
 
 
 def backoff(runners: Sequence[Runner], *, initial_ms: int, max_ms: int) -> Backoff | None:
-    """The group's failure streak: runners failed since the last one that took a job or finished."""
-    ok_ms = max(
-        (r.finished_ms if r.phase is Phase.SUCCEEDED else r.since_ms for r in runners if r.phase in _PROVEN),
-        default=0,
-    )
-    failed = sorted((r for r in runners if r.phase is Phase.FAILED and r.finished_ms > ok_ms), key=_finished)
+    """The group's failure streak: runners failed (not stopped by Kubernetes) since one took a job or finished."""
+    proven = (r.finished_ms if r.phase is Phase.SUCCEEDED else r.since_ms for r in runners if r.phase in _PROVEN)
+    ok_ms = max(proven, default=0)
+    failed = sorted((r for r in runners if r.phase is Phase.FAILED and not r.disruption and r.finished_ms > ok_ms),
+                    key=_finished)  # fmt: skip
     if not failed:
         return None
     delay = min(initial_ms * 2 ** min(len(failed) - 1, 30), max_ms)

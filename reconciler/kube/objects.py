@@ -89,6 +89,7 @@ class PodObject:
     created_ms: int
     running_since_ms: int | None
     failure: str = ""  # for a failed Pod: the prepare or runner container's exit code and termination message
+    disruption: str = ""  # why Kubernetes stopped it, if it did (see `_disruption`)
 
 
 def group_from(raw: Mapping[str, Any]) -> GroupObject:
@@ -162,7 +163,26 @@ def pod_from(raw: Mapping[str, Any]) -> PodObject:
         created_ms=_ms(meta.get("creationTimestamp")) or 0,
         running_since_ms=running if status.get("phase") == "Running" else None,
         failure=failure,
+        disruption=_disruption(meta, status),
     )
+
+
+# What a Pod's `status.reason` says when the kubelet or the node controller stopped it (Kubernetes < 1.26
+# sets no DisruptionTarget condition): node pressure, a critical Pod's admission, a node lost, the Pod's
+# deadline, a node shutting down.
+_STOPPED = frozenset({"Evicted", "Preempting", "NodeLost", "DeadlineExceeded", "Terminated", "Shutdown"})
+
+
+def _disruption(meta: Mapping[str, Any], status: Mapping[str, Any]) -> str:
+    """Why Kubernetes stopped the Pod, if it did ("" otherwise): its `DisruptionTarget` condition's reason
+    (EvictionByEvictionAPI, PreemptionByScheduler, DeletionByTaintManager, TerminationByKubelet, ...), a
+    reason in `_STOPPED`, or `Deleted` for a Pod deleted (by hand, by its Job's deadline)."""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return str(cond.get("reason") or "DisruptionTarget")
+    if status.get("reason") in _STOPPED:
+        return str(status["reason"])
+    return "Deleted" if meta.get("deletionTimestamp") else ""
 
 
 def _failure(terminated: Mapping[str, Any]) -> str:

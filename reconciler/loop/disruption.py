@@ -8,8 +8,13 @@ with it). Per Job, because Kubernetes allows a budget over a Job's Pods only an 
 runners get none: evicted, they are replaced. A runner is protected once the controller knows it is
 busy (its `in_progress` webhook, a poll, its row): an eviction in the second before is not stopped.
 
+A runner Kubernetes stopped (evicted, preempted, its node lost or shut down: `phases`' `disruption`)
+did not fail: it is replaced and never holds its group back (`plan.backoff`), and it is reported as
+what it is: `RunnerLost` if it was running a job (the job is lost all the same), `RunnerStopped`
+(Normal) if it had taken none.
+
 Owns: `Budgets`, the budget's manifest, and the report of failed runners (`RunnerFailed`,
-`RunnerLost`). Must not decide which runner is busy: `phases` does.
+`RunnerLost`, `RunnerStopped`). Must not decide which runner is busy or stopped: `phases` does.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ log = logging.getLogger(__name__)
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # the Job controller sets it on the Pods it makes
 # What a RunnerLost Event tells after the runner's name and why it failed.
 LOST = "Gitea fails the job once it stops hearing from the runner (its task timeout); re-run it in Gitea"
+# What a RunnerStopped Event tells after the runner's name and why it was stopped.
+STOPPED = "it is replaced, and does not hold the group back as a failed runner would"
 FAILED_MARK_MS = 24 * 3600 * 1000  # a failed runner is reported once; its Job is gone long before
 
 
@@ -92,17 +99,28 @@ async def report_failures(
     metrics: Metrics,
 ) -> None:
     """One Event and one count per failed runner across replicas (the first to mark it reports it):
-    `RunnerLost` for a runner that died during its job, `RunnerFailed` for another."""
+    `RunnerLost` for a runner that died during its job, `RunnerFailed` for another, `RunnerStopped` for
+    one Kubernetes stopped before it took a job."""
     for r in failed:
         if r.name in state.reported_failures:
             continue
         if not await coordination.lock(f"failed:{group.namespace}/{r.name}", holder=label, ttl_ms=FAILED_MARK_MS):
             continue
-        if registration_failed(r):
-            metrics.registration_failures.labels(group=label).inc()
-        message, reason = f"Runner Job {r.name} failed ({r.reason}); its slot is free again", "RunnerFailed"
+        kind, reason, message = _report(r)
         if r.heard:
             metrics.runners_lost.labels(group=label).inc()
-            message, reason = f"Runner Job {r.name} died during its job ({r.reason}): {LOST}", "RunnerLost"
-        await kube.event(group.ref, kind="Warning", reason=reason, message=message)
+        elif not r.disruption and registration_failed(r):
+            metrics.registration_failures.labels(group=label).inc()
+        await kube.event(group.ref, kind=kind, reason=reason, message=message)
     state.reported_failures = {r.name for r in failed}
+
+
+def _report(r: Runner) -> tuple[str, str, str]:
+    """The Event of one failed runner: its kind, reason and message."""
+    why = f"{r.reason}; stopped by Kubernetes: {r.disruption}" if r.disruption else r.reason
+    if r.heard:
+        return "Warning", "RunnerLost", f"Runner Job {r.name} died during its job ({why}): {LOST}"
+    if r.disruption:
+        message = f"Runner Job {r.name} was stopped by Kubernetes before it took a job ({r.disruption}); {STOPPED}"
+        return "Normal", "RunnerStopped", message
+    return "Warning", "RunnerFailed", f"Runner Job {r.name} failed ({r.reason}); its slot is free again"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.decide.phases import ACTIVE, Phase, Runner, classify
+from reconciler.decide.phases import ACTIVE, POD_GONE, Phase, Runner, classify
 from reconciler.decide.plan import Create, Delete, plan
 from reconciler.model.spec import RunnerGroupSpec
 from tests.groups import spec
@@ -441,6 +441,14 @@ def failed(name: str, at: int) -> Runner:
     return Runner(name=name, phase=Phase.FAILED, since_ms=at - 5000, reason="exit code 1: refused", finished_ms=at)
 
 
+DISRUPTIONS = ("EvictionByEvictionAPI", "PreemptionByScheduler", "DeletionByTaintManager", "TerminationByKubelet")
+
+
+def stopped(name: str, at: int, *, busy: bool = False, why: str = "EvictionByEvictionAPI") -> Runner:
+    """A runner Kubernetes stopped (evicted, preempted, its node lost); `busy`: during its job."""
+    return replace(failed(name, at), reason="BackoffLimitExceeded", heard=busy, disruption=why)
+
+
 @pytest.mark.parametrize(
     ("runners", "now", "held", "failures"),
     [
@@ -467,6 +475,18 @@ def failed(name: str, at: int) -> Runner:
             False,
             0,
             id="a-runner-that-took-a-job-ends-the-streak",
+        ),
+        pytest.param([stopped("e1", NOW - 5_000)], NOW, False, 0, id="an-evicted-idle-runner-is-no-failure"),
+        pytest.param(
+            [stopped(f"e{i}", NOW - 5_000 + i, why=why) for i, why in enumerate(DISRUPTIONS)],
+            NOW,
+            False,
+            0,
+            id="a-node-drained-preempted-or-lost-holds-nothing-back",
+        ),
+        pytest.param([stopped("b1", NOW - 5_000, busy=True)], NOW, False, 0, id="a-busy-runner-evicted-neither"),
+        pytest.param(
+            [failed("f1", NOW - 5_000), stopped("e1", NOW - 1_000)], NOW, True, 1, id="nor-does-it-end-a-streak"
         ),
     ],
 )
@@ -523,6 +543,31 @@ def test_classify_a_running_runner(kw: dict[str, Any], phase: Phase) -> None:
 def test_classify_a_runner_whose_pod_exited_after_its_job() -> None:
     got = classify("r", job_id=1, created_ms=1, finished="", reason="", pod_phases=[("Succeeded", None)], busy=False)
     assert (got.phase, got.heard) == (Phase.SUCCEEDED, False)
+
+
+@pytest.mark.parametrize(
+    ("pods", "disruption", "stopped_by"),
+    [
+        pytest.param([("Failed", None)], "", "", id="failed-on-its-own-keeps-its-pod"),
+        pytest.param([("Failed", None)], "Evicted", "Evicted", id="evicted-by-the-kubelet"),
+        pytest.param([("Running", 5)], "EvictionByEvictionAPI", "EvictionByEvictionAPI", id="evicted-pod-terminating"),
+        pytest.param([], "", POD_GONE, id="its-pod-deleted-and-gone"),
+    ],
+)
+def test_a_failed_runner_kubernetes_stopped_says_so(
+    pods: list[tuple[str, int | None]], disruption: str, stopped_by: str
+) -> None:
+    got = classify("r", job_id=1, created_ms=1, finished="Failed", reason="BackoffLimitExceeded", pod_phases=pods,
+                   busy=False, disruption=disruption)  # fmt: skip
+    assert (got.phase, got.disruption) == (Phase.FAILED, stopped_by)
+
+
+def test_a_running_or_finished_runner_is_not_stopped_whatever_its_pod_says() -> None:
+    """Only a failed Job is one Kubernetes stopped: a Pod being evicted still runs until its Job fails."""
+    for finished, pods in (("", [("Running", 5)]), ("Complete", [])):
+        got = classify("r", job_id=1, created_ms=1, finished=finished, reason="", pod_phases=pods, busy=False,
+                       disruption="EvictionByEvictionAPI")  # fmt: skip
+        assert got.disruption == ""
 
 
 @pytest.mark.parametrize(("busy", "done_ms", "lost"), [(False, None, False), (True, None, True), (True, 5, False)])
