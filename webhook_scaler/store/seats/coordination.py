@@ -17,7 +17,10 @@ in its group's seat set from before it is created until it has ended:
 - a seat is taken by `take`, one script that grants it only while fewer seats than the maximum
   are held and the epoch is the one the pass read, and claims the job in the same step (nothing is
   taken unless both are); the Job is created only after its seat was granted, and no longer than
-  `CREATE_DEADLINE_S` after the take began (the create is dropped otherwise);
+  `CREATE_DEADLINE_S` after the take began (the create is dropped otherwise). A seat is named as its
+  runner Job, which is named from its job, so a replica that takes a job again (its claim lapsed)
+  takes a seat that may be held still: the take grants it again *from now*, so its age, which every
+  reclaim below reads in the same script that frees it, is always that of the newest create it allows;
 - a seat is freed only when its Job was seen Complete or Failed (it never runs again), when a delete
   of it returned, or when the API server answered 404 for it and either the seat is older than
   `RECLAIM_AFTER_S` (longer than the create deadline plus the API server's request timeout, so a

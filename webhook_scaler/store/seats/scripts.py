@@ -73,7 +73,9 @@ return {string.sub(epoch, 1, sep - 1), tonumber(string.sub(epoch, sep + 1)), now
 # than `max` are held and the epoch is the expected one; the claim (SET NX) only while the job is
 # queued and nobody claimed it. Nothing is taken unless everything is. A granted seat records its
 # taker (the replica process), and the taker's heartbeat is renewed: a seat whose taker is dead can
-# be freed early (see `coordination`).
+# be freed early (see `coordination`). A seat held already (a runner Job's name is its job's, so a
+# replica taking a job again takes the same seat) is granted again from now, to its new taker: its age
+# is that of the newest create it allows, so no reclaim that read it before frees it under that create.
 # It also binds the runner's name to the owner whose jobs it may run (`*`: any), for the seats' idle ttl.
 # KEYS: seats, epoch, taker, the taker's heartbeat, the runner's binding, then for a queued job: claim,
 # job; ARGV: max, name, epoch id, the seats' idle ttl (s), the claim's ttl (ms), the taker, its record's
@@ -90,11 +92,11 @@ if #KEYS == 7 then
     return 'claimed'
   end
 end
-if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
-  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 'full' end
-  redis.call('ZADD', KEYS[1], now, ARGV[2])
-  redis.call('EXPIRE', KEYS[1], ARGV[4])
+if not redis.call('ZSCORE', KEYS[1], ARGV[2]) and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
+  return 'full'
 end
+redis.call('ZADD', KEYS[1], now, ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[7])
 redis.call('SET', KEYS[4], '1', 'PX', ARGV[8])
 if ARGV[9] ~= '' then redis.call('SET', KEYS[5], ARGV[9], 'EX', ARGV[4]) end
