@@ -34,6 +34,18 @@ class Settings(RedisSettings):
     poll_jitter: float = Field(0.2, ge=0, le=1, description="Random fraction added to or taken from each interval.")
     poll_backoff_max: float = Field(300.0, ge=1, description="Longest wait after repeated poll errors.")
     gitea_timeout: float = Field(10.0, gt=0, description="Seconds before a Gitea API call counts as failed.")
+    register_timeout: float = Field(
+        30.0,
+        gt=0,
+        le=75,
+        description=(
+            "Seconds Gitea may take to register one runner (its Register call, before the runner Job is created); "
+            "then that runner's create fails and its job gets a runner on a later pass. Longer than "
+            "GRS_GITEA_TIMEOUT: Register writes to Gitea's database, which a burst of runners keeps busy "
+            "(12.8 s median measured with SQLite, 200 runners at once). At most 75, so that a runner still "
+            "registering keeps its seat (a seat 90 s old whose Job does not exist is freed)."
+        ),
+    )
     gitea_ca_file: str | None = Field(
         None,
         description=(

@@ -107,6 +107,7 @@ class FakeGitea:
         self.runners: dict[int, dict[str, Any]] = {}  # id -> row, with "_scope": ("org", "acme") etc.
         self.deleted: list[int] = []
         self.fail_with: int | None = None
+        self.register_held: asyncio.Event | None = None  # a Register answers once it is set (a Gitea kept busy)
         template = json.loads((DATA / "api-examples" / "repo-actions-jobs.status-queued.v1.25.json").read_text())
         self._job_template = template["jobs"][0]
         self._repo_template = json.loads((DATA / "webhooks" / "01-queued.json").read_text())["repository"]
@@ -227,6 +228,8 @@ class FakeGitea:
         """Gitea's runner `Register` RPC (connect, JSON): a new offline row in the token's scope, and its
         credential; Gitea's own plain errors (connect code `unknown`, HTTP 500) otherwise."""
         self.requests["register"] += 1
+        if self.register_held is not None:
+            await self.register_held.wait()
         if self.fail_with:
             return web.json_response({"code": "unavailable", "message": "injected"}, status=self.fail_with)
         form = await request.json()

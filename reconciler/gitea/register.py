@@ -24,7 +24,10 @@ from reconciler.gitea.api import GiteaClient, GiteaError
 from webhook_scaler.config import DISTRIBUTION, version
 
 PATH = "/api/actions/runner.v1.RunnerService/Register"
-TIMEOUT_S = 5.0  # at most, so that a create still goes out within its deadline (`coordination`)
+# How long a Register may take by default (`GRS_REGISTER_TIMEOUT`): it writes to Gitea's database, which a
+# burst of runners keeps busy (12.8 s median measured, docs/benchmarks.md); the controller renews the seat
+# of a runner whose Register was slow (`seating`), so its create's deadline does not bound this.
+TIMEOUT_S = 30.0
 # Gitea's own words for a registration it refuses (routers/api/actions/runner/runner.go).
 _REFUSALS = ("missing runner token", "registration token", "owner of the token", "repository of the token")
 _REFUSED_CODES = {"invalid_argument", "unauthenticated", "permission_denied", "not_found"}
@@ -52,7 +55,7 @@ class Registrar:
         session: aiohttp.ClientSession,
         *,
         version: str,
-        timeout: float = 10.0,
+        timeout: float = TIMEOUT_S,
         on_request: Callable[[str, str], None] | None = None,
     ) -> None:
         self.session = session
@@ -105,7 +108,7 @@ def _registration(answer: bytes, *, name: str, url: str) -> Registration:
     return registered
 
 
-def registrar_of(gitea: GiteaClient) -> Registrar:
-    """A Registrar over the Gitea client's session (its CA and proxy), timeout and request metrics."""
-    timeout = min(gitea.timeout.total or TIMEOUT_S, TIMEOUT_S)
+def registrar_of(gitea: GiteaClient, *, timeout: float = TIMEOUT_S) -> Registrar:
+    """A Registrar over the Gitea client's session (its CA and proxy) and request metrics, whose Register
+    may take `timeout` seconds (`GRS_REGISTER_TIMEOUT`)."""
     return Registrar(gitea.session, version=f"{DISTRIBUTION} {version()}", timeout=timeout, on_request=gitea.on_request)

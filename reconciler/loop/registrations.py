@@ -6,7 +6,9 @@ Secrets) at most once a minute, and again at once after Gitea refused it; regist
 Gitea (`gitea.register`) under the name and labels its Job gives it; and handing its `.runner` file to
 its Job as a Secret the Job owns (`manifests.credential_secret`). A token Secret that is missing, or one
 Gitea refuses, is a create refusal (`TransientError(refused=REFUSED)`): the group's `RunnersAdmitted`
-condition says so, its seat is free again, and the pass retries with backoff. A token Secret that is
+condition says so, its seat is free again, and the pass retries with backoff. So is a Register Gitea did
+not answer in time (`GRS_REGISTER_TIMEOUT`) or failed (unreachable, 5xx: `refused=UNREGISTERED`): that
+runner's create fails, not the pass, and its job is served by a later one. A token Secret that is
 the install's own stops the group (PermanentError). Nothing here logs or raises a token.
 """
 
@@ -17,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reconciler.decide.status import REGISTRATION_REFUSED
+from reconciler.gitea.api import GiteaError
 from reconciler.gitea.register import Registrar, RegistrationRefused
 from reconciler.kube.api import CREATED_BY, Kube, PermanentError, TransientError
 from reconciler.kube.events import COMPONENT, PROTECTED_SECRET
@@ -26,6 +29,7 @@ from reconciler.model.spec import RunnerGroupSpec
 
 TOKEN_TTL_S = 60.0
 REFUSED = "registration"  # the create refusal's reason (its metric's label)
+UNREGISTERED = "registration_failed"  # the same, for a Register Gitea did not answer in time or failed
 _Where = tuple[str, str, str]  # namespace, Secret name, key
 
 
@@ -52,8 +56,16 @@ class Registrations:
             secret = f"Secret {namespace}/{ref.name}, key {ref.key}"
             raise TransientError(f"{REGISTRATION_REFUSED}Gitea refused the registrationToken ({secret}): {exc}",
                                  refused=REFUSED) from None  # fmt: skip
+        except GiteaError as exc:  # slow (a burst of registrations on one database) or down: this runner only
+            raise TransientError(f"{REGISTRATION_REFUSED}Gitea did not register the runner, retried later: {exc}",
+                                 refused=UNREGISTERED) from None  # fmt: skip
         return runner_file(id=done.id, uuid=done.uuid, name=done.name, token=done.token, address=spec.gitea.url,
                            labels=labels)  # fmt: skip
+
+    @property
+    def timeout_s(self) -> float:
+        """How long a Register may take (`GRS_REGISTER_TIMEOUT`), in seconds."""
+        return self.registrar.timeout.total or 0.0
 
     async def hand_over(self, job: Mapping[str, Any], uid: str, file: str) -> None:
         """Give the runner Job (created with `uid`) its runner's `.runner` file, in a Secret it owns, named

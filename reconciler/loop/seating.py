@@ -4,7 +4,8 @@ Owns: the start of a pass (its lease, seats and runner activity in one round tri
 holds), seating the group's active runner Jobs once per seat epoch (after waiting out creates of an
 older epoch that may still land), freeing the seats of Jobs that ended, reclaiming the seats of Jobs
 that were never created, and the create path itself: take the job's claim and a seat in one step,
-send the create at once, treat 409 as "already there", confirm the claims of a pass's runners.
+register the runner (a slow Register renews the seat), send the create at once, treat 409 as
+"already there", confirm the claims of a pass's runners.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from webhook_scaler.store.seats.coordination import (
 log = logging.getLogger(__name__)
 K = TypeVar("K", bound=Hashable)
 SHARE_EVERY_S = 300.0
+RENEW_AFTER_S = CREATE_DEADLINE_S / 2  # a Register slower than this renews the seat before the create
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,11 +191,9 @@ class Seating:
             return taken  # nothing was taken
         body = build_job(group.ref, spec, name=name, job_id=c.job_id, queued_ms=c.queued_ms, runner=runner,
                          egress=self.egress)  # fmt: skip
-        try:  # a runner registered but never started leaves an idle row, which the ghost sweep deletes
-            file = await self.registrations.register(group.namespace, spec, runner)
-        except BaseException:
-            await self._drop(group, spec, c, name)  # nothing was created
-            raise
+        file, started = await self._register(group, spec, c, (name, runner), started)
+        if file is None:
+            return "late"
         try:
             late = time.monotonic() - started > CREATE_DEADLINE_S
             uid = None if late else await self.kube.create_job(body)
@@ -216,6 +216,26 @@ class Seating:
             await self._drop(group, spec, c, name)
         return outcome
 
+    async def _register(
+        self, group: GroupObject, spec: RunnerGroupSpec, c: Create, names: tuple[str, str], started: float
+    ) -> tuple[str | None, float]:
+        """Register the runner (`names`: its Job's, its own) with Gitea: its `.runner` file, and when its
+        create's deadline began (monotonic). A Register that took longer than `RENEW_AFTER_S` renews the
+        seat, and the deadline begins again; None if the seat or claim was lost meanwhile. A runner
+        registered but never started leaves an idle row, which the ghost sweep deletes."""
+        try:
+            file = await self.registrations.register(group.namespace, spec, names[1])
+        except BaseException:
+            await self._drop(group, spec, c, names[0])  # nothing was created
+            raise
+        if time.monotonic() - started <= RENEW_AFTER_S:
+            return file, started
+        renewed = time.monotonic()
+        if await self.of(spec).renew(group.uid, names[0], taker=self.taker, job_id=c.job_id) != "granted":
+            await self._drop(group, spec, c, names[0])  # gives back what is still this replica's only
+            return None, renewed
+        return file, renewed
+
     async def _take(
         self, group: GroupObject, spec: RunnerGroupSpec, c: Create, names: tuple[str, str], epoch: str
     ) -> str:
@@ -231,7 +251,7 @@ class Seating:
             epoch=epoch,
             taker=self.taker,
             job_id=c.job_id,
-            claim_ttl_ms=int(CLAIM_PENDING_S * 1000),
+            claim_ttl_ms=int((CLAIM_PENDING_S + self.registrations.timeout_s) * 1000),  # it lasts through the register
             runner=(names[1], spec.target.split("/", 1)[0]),
         )
 
@@ -263,9 +283,9 @@ class Seating:
         await self.of(spec).confirm(claims, ttl_ms=self.claim_ttl_ms)
 
     async def _drop(self, group: GroupObject, spec: RunnerGroupSpec, c: Create, name: str) -> None:
-        """Give back the seat and claim of a runner Job that was not and will not be created."""
-        await self.coordination.seats(group.uid, free=[name])
-        await self._unclaim(spec, c, name)
+        """Give back the seat and claim of a runner Job that was not and will not be created, unless another
+        replica took the job, and so the seat, again since (`Coordination.give_back`)."""
+        await self.of(spec).give_back(group.uid, name, taker=self.taker, job_id=c.job_id)
 
     async def _unclaim(self, spec: RunnerGroupSpec, c: Create, name: str) -> None:
         if c.job_id is not None:

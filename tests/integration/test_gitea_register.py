@@ -3,6 +3,7 @@ which answers as Gitea 1.26's handler does (routers/api/actions/runner/runner.go
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -10,8 +11,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from reconciler.gitea.api import GiteaError
-from reconciler.gitea.register import Registrar, Registration, RegistrationRefused, _registration
+from reconciler.gitea.api import GiteaClient, GiteaError
+from reconciler.gitea.register import Registrar, Registration, RegistrationRefused, _registration, registrar_of
+from reconciler.settings import Settings
 from tests.fake_gitea import REGISTRATION_TOKEN, FakeGitea
 from tests.redis_server import free_port
 
@@ -65,6 +67,24 @@ async def test_an_unavailable_gitea_is_a_failure_to_retry_not_a_refusal(gitea: t
     with pytest.raises(GiteaError) as unreachable:
         await register(f"http://127.0.0.1:{free_port()}")
     assert not isinstance(unreachable.value, RegistrationRefused) and "ClientConnectorError" in str(unreachable.value)
+
+
+async def test_a_register_gitea_answers_too_late_is_a_failure_to_retry_and_the_default_waits_for_a_burst(
+    gitea: tuple[FakeGitea, str],
+) -> None:
+    """A Gitea kept busy by a burst of registrations answers after the Registrar's timeout: a failure
+    to retry (that runner's create fails, see `registrations`), not a refusal. The controller waits
+    30 s by default (GRS_REGISTER_TIMEOUT), not the 10 s of its other Gitea calls: a Register writes to
+    Gitea's database and took 12.8 s (median) in a burst of 200 runners."""
+    fake, url = gitea
+    fake.register_held = asyncio.Event()
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(GiteaError) as late:
+            await Registrar(session, version="v", timeout=0.2).register(url, REGISTRATION_TOKEN, name="n", labels=[])
+        fake.register_held.set()
+        default = registrar_of(GiteaClient(session, timeout=Settings().gitea_timeout))
+    assert not isinstance(late.value, RegistrationRefused) and "TimeoutError" in str(late.value)
+    assert default.timeout.total == Settings().register_timeout == 30.0
 
 
 def test_a_gitea_that_does_not_make_the_runner_ephemeral_is_refused() -> None:

@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 
 from reconciler.decide.state import GroupState
 from reconciler.gitea.api import GiteaClient
+from reconciler.gitea.register import TIMEOUT_S as REGISTER_TIMEOUT_S
 from reconciler.kube.api import Kube, api_client
 from reconciler.kube.egress import DIRECT, Egress
 from reconciler.kube.informers import Informer
@@ -267,8 +268,9 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
         await passes(controller)
         jobs = runner_jobs(kube, ns)
         assert sorted(j["metadata"]["annotations"][JOB_ID_ANNOTATION] for j in jobs) == ["11", "12"]
-        for job_id in (11, 12):  # a claim lasts 30 s until its create returned, then the claim TTL
-            await eventually(functools.partial(claim_lasts_longer_than, redis, job_id, CLAIM_PENDING_S))
+        for job_id in (11, 12):  # a claim lasts its Register's timeout + 30 s until its create returned, then the TTL
+            pending = CLAIM_PENDING_S + REGISTER_TIMEOUT_S
+            await eventually(functools.partial(claim_lasts_longer_than, redis, job_id, pending))
         job = jobs[0]
         meta, pod = job["metadata"], job["spec"]["template"]["spec"]
         assert meta["labels"][GROUP_LABEL] == "builders"

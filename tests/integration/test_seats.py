@@ -1,20 +1,26 @@
-"""The cap on a group's runners (`maxActiveRunners`) holds while seats are reclaimed, on fakeredis and on
-a real redis-server: the interleavings are made deterministic by hooks that hold one replica's step
-until another replica's has happened."""
+"""Seats and creates (`loop/seating.py` over `store/seats`), on fakeredis and on a real redis-server: the
+cap on a group's runners (`maxActiveRunners`) holds while seats are reclaimed and given back, and a
+slow or failed Register fails that runner's create only. Interleavings of replicas are made
+deterministic by hooks that hold one replica's step until another replica's has happened."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import cast
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
 
 import pytest
 from redis.asyncio import Redis
 
+from reconciler.decide.plan import Create
 from reconciler.decide.state import GroupState
-from reconciler.kube.api import Kube
+from reconciler.gitea.api import GiteaError
+from reconciler.gitea.register import Registration
+from reconciler.kube.api import Kube, TransientError
 from reconciler.kube.objects import GroupObject, JobObject
-from reconciler.loop.registrations import Registrations
+from reconciler.loop.registrations import UNREGISTERED, Registrations
 from reconciler.loop.seating import Seating
+from tests.fake_gitea import FakeRegistrar
 from tests.groups import spec
 from tests.jobs import model
 from webhook_scaler.store.jobs.model import JobUpdate
@@ -93,3 +99,149 @@ async def test_a_seat_taken_again_while_it_is_reclaimed_stays_taken(
     third = await coordination.take(GROUP.uid, "builders-9-0", maximum=CAP, epoch=epoch, taker="b/1")
     assert third == "full", "a third runner Job for a cap of 2"
     assert sorted((await coordination.seats(GROUP.uid)).held) == ["builders-7-0", "builders-warm"]
+
+
+TOKEN = "registration-token"
+
+
+class Registering(FakeRegistrar):
+    """Gitea's Register as the controller calls it: `during` runs while the call is in flight (other
+    replicas act, time passes), then it answers, or fails with `error`."""
+
+    def __init__(self) -> None:
+        super().__init__(tokens={TOKEN})
+        self.during: Callable[[], Awaitable[None]] = _nothing
+        self.error: GiteaError | None = None
+
+    async def register(self, url: str, token: str, *, name: str, labels: Sequence[str]) -> Registration:
+        await self.during()
+        if self.error is not None:
+            raise self.error
+        return await super().register(url, token, name=name, labels=labels)
+
+
+async def _nothing() -> None:
+    return None
+
+
+class CreatingKube:
+    """The API server as a create asks it: the registration token, the runner Job and its credential."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+
+    async def secret_value(self, namespace: str, name: str, key: str) -> str:
+        return TOKEN
+
+    async def create_job(self, body: dict[str, Any]) -> str:
+        self.created.append(body["metadata"]["name"])
+        return f"uid-{body['metadata']['name']}"
+
+    async def create_secret(self, body: dict[str, Any]) -> str:
+        return "uid-secret"
+
+
+class Clock:
+    """Replica A's monotonic clock (`seating.time`): it moves only when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@dataclass
+class ReplicaA:
+    """One replica creating the runner for job 7 through `Seating.create`, with hooks into its Register."""
+
+    coordination: Coordination
+    epoch: str
+    kube: CreatingKube
+    registrar: Registering
+    seating: Seating
+    clock: Clock
+
+    async def create(self) -> str:
+        return await self.seating.create(GROUP, spec(maxActiveRunners=1), Create(7, 0), "builders-7-0", self.epoch)
+
+    async def other_replica_takes_job_7_again(self) -> None:
+        """Replica C, once A's claim lapsed: the same job, so the same runner Job name and seat."""
+        await self.coordination.redis.delete(self.coordination.keys.claim(7))
+        taken = await self.coordination.take(
+            GROUP.uid, "builders-7-0", maximum=1, epoch=self.epoch, taker="replica-c/1", job_id=7, claim_ttl_ms=30_000
+        )
+        assert taken == "granted"
+
+
+@pytest.fixture
+async def replica_a(redis: Redis, monkeypatch: pytest.MonkeyPatch) -> ReplicaA:
+    coordination = Coordination(redis)
+    epoch = (await coordination.epoch(new_id="e1")).id
+    await queued(redis, 7)
+    kube, registrar, clock = CreatingKube(), Registering(), Clock()
+    monkeypatch.setattr("reconciler.loop.seating.time", clock)
+    registrations = Registrations(cast(Kube, kube), registrar)
+    seating = Seating(coordination, cast(Kube, kube), registrations, claim_ttl_s=600, replica="replica-a")
+    return ReplicaA(coordination, epoch, kube, registrar, seating, clock)
+
+
+async def held(a: ReplicaA) -> list[str]:
+    return sorted((await a.coordination.seats(GROUP.uid)).held)
+
+
+async def test_a_register_gitea_does_not_answer_in_time_fails_that_create_only(replica_a: ReplicaA) -> None:
+    """Gitea did not answer the Register in time (or failed): that runner's create is turned down, a
+    refusal the pass counts (`grs_runner_creates_refused_total{reason="registration_failed"}`) and
+    goes on from, not an error that ends the pass; its seat and claim are free again, so the job is
+    taken again by the next pass."""
+    a = replica_a
+    a.registrar.error = GiteaError("registering runner builders-7-0.x at http://gitea.invalid:3000: TimeoutError")
+    with pytest.raises(TransientError) as refused:
+        await a.create()
+    assert refused.value.refused == UNREGISTERED
+    assert "TimeoutError" in str(refused.value) and TOKEN not in str(refused.value)
+    assert await held(a) == [] and not await a.coordination.redis.exists(a.coordination.keys.claim(7))
+    assert a.kube.created == []
+
+
+async def test_a_slow_register_renews_the_seat_and_the_runner_is_created(replica_a: ReplicaA) -> None:
+    """A Register slower than the create deadline (12.8 s, the median measured in a burst, against
+    10 s) does not make the create late: the seat is granted again from the moment it returned, and
+    the deadline starts again."""
+    a = replica_a
+
+    async def burst() -> None:
+        a.clock.now += 12.8
+
+    a.registrar.during = burst
+    assert await a.create() == "created"
+    assert a.kube.created == ["builders-7-0"] and await held(a) == ["builders-7-0"]
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["slow", "failed"])
+async def test_a_replica_never_gives_back_or_creates_on_a_seat_another_replica_took_again(
+    replica_a: ReplicaA, fails: bool
+) -> None:
+    """While A's Register is slow, its claim lapses and replica C takes job 7 again: the same runner
+    Job name, the same seat, now C's. If A's Register then fails, A must not free that seat (C's
+    create holds it: freed, the group would get one runner more than its cap once C's Job lands and
+    another take fills the seat); if it succeeds, A's create is late (C creates the Job)."""
+    a = replica_a
+
+    async def c_meanwhile() -> None:
+        a.clock.now += 12.8
+        await a.other_replica_takes_job_7_again()
+
+    a.registrar.during = c_meanwhile
+    if fails:
+        a.registrar.error = GiteaError("registering runner builders-7-0.x at http://gitea.invalid:3000: HTTP 500")
+        with pytest.raises(TransientError):
+            await a.create()
+    else:
+        assert await a.create() == "late"
+    assert a.kube.created == []
+    assert await held(a) == ["builders-7-0"], "C's seat"
+    assert await a.coordination.redis.get(a.coordination.keys.claim(7)) == b"builders-7-0", "C's claim"
+    third = await a.coordination.take(GROUP.uid, "builders-9-0", maximum=1, epoch=a.epoch, taker="b/1")
+    assert third == "full", "a second runner Job for a cap of 1"

@@ -7,9 +7,9 @@ hold across any number of replicas, whatever their caches show and however their
 and the attempt it will run (see `reconciler.kube.manifests.job_name`), so the API server itself refuses
 a second Job of that name (409 means "there already is one", never "created"). The claim
 (taken by `take`, SET NX on the job's claim key, only while the job is queued) decides which replica
-tries first, so replicas do not race on the create at all. A claim lasts `CLAIM_PENDING_S` until its
-create has returned, then the claim TTL (`confirm`): a replica that dies between claim and create
-holds up the job for seconds, not minutes. A claim that expires while its create is still in flight
+tries first, so replicas do not race on the create at all. A claim lasts the runner's Register (the
+caller's `claim_ttl_ms`) plus `CLAIM_PENDING_S` until its create has returned, then the claim TTL
+(`confirm`): a replica that dies between claim and create holds up the job for seconds, not minutes. A claim that expires while its create is still in flight
 costs nothing: the next replica's Job has the same name, and its create gets a 409.
 
 **Never more runners than `maxActiveRunners`.** Every runner Job, for a job or warm, holds a *seat*
@@ -17,12 +17,16 @@ in its group's seat set from before it is created until it has ended:
 - a seat is taken by `take`, one script that grants it only while fewer seats than the maximum
   are held and the epoch is the one the pass read, and claims the job in the same step (nothing is
   taken unless both are); the Job is created only after its seat was granted, and no longer than
-  `CREATE_DEADLINE_S` after the take began (the create is dropped otherwise). A seat is named as its
+  `CREATE_DEADLINE_S` after the take began (the create is dropped otherwise), or, after a slow
+  Register, after `renew` granted the seat again from now, which it does only while the replica
+  still holds the seat and the job's claim (else the create is dropped). A seat is named as its
   runner Job, which is named from its job, so a replica that takes a job again (its claim lapsed)
   takes a seat that may be held still: the take grants it again *from now*, so its age, which every
   reclaim below reads in the same script that frees it, is always that of the newest create it allows;
 - a seat is freed only when its Job was seen Complete or Failed (it never runs again), when a delete
-  of it returned, or when the API server answered 404 for it and either the seat is older than
+  of it returned, when the replica that took it gives it back (`give_back`: its create was not and
+  will not be sent), only while that replica still holds it (not once another took it again), or
+  when the API server answered 404 for it and either the seat is older than
   `RECLAIM_AFTER_S` (longer than the create deadline plus the API server's request timeout, so a
   create granted that seat can no longer arrive), or it is older than `ABANDONED_AFTER_S` and the
   replica process that took it is dead (its heartbeat, renewed every `HEARTBEAT_S` and by every
@@ -53,7 +57,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from webhook_scaler.store.keys import Keys, text
-from webhook_scaler.store.seats.scripts import ACTIVITY, BEGIN, CONFIRM, EPOCH, RELEASE, SEATS, TAKE
+from webhook_scaler.store.seats.scripts import ACTIVITY, BEGIN, CONFIRM, EPOCH, GIVE_BACK, RELEASE, RENEW, SEATS, TAKE
 
 CREATE_DEADLINE_S = 10.0  # from the start of a reservation to the create being sent
 CLAIM_PENDING_S = 30.0  # a claim's life until its create returned (> CREATE_DEADLINE_S + watch lag)
@@ -116,6 +120,8 @@ class Coordination:
         self._epoch = redis.register_script(EPOCH)
         self._seats = redis.register_script(SEATS)
         self._begin = redis.register_script(BEGIN)
+        self._renew = redis.register_script(RENEW)
+        self._give_back = redis.register_script(GIVE_BACK)
 
     def of(self, instance: str) -> Coordination:
         """The same, for the jobs and runners of another Gitea instance ("": the default one): its claims,
@@ -152,6 +158,23 @@ class Coordination:
         ttls = [int(RECLAIM_AFTER_S * 1000), int(ALIVE_TTL_S * 1000)]
         args: list[str | int] = [maximum, name, epoch, SEATS_IDLE_TTL_S, claim_ttl_ms, taker, *ttls, owner.lower()]
         return text(await self._take(keys=keys, args=args))
+
+    async def renew(self, group_uid: str, name: str, *, taker: str, job_id: int | None = None) -> str:
+        """Grant the seat `taker` took for runner Job `name` again from now (its create's deadline starts
+        again) and make the job's claim last `CLAIM_PENDING_S`: "granted", or "late" if the seat is not
+        `taker`'s any more (freed, or taken again by another replica) or the claim lapsed; then nothing
+        changed, and the create must not be sent."""
+        keys = [self.keys.seats(group_uid), self.keys.taker(group_uid, name), self.keys.alive(taker)]
+        keys += [self.keys.claim(job_id)] if job_id is not None else []
+        ttls = [int(RECLAIM_AFTER_S * 1000), int(ALIVE_TTL_S * 1000), int(CLAIM_PENDING_S * 1000)]
+        return text(await self._renew(keys=keys, args=[name, taker, *ttls]))
+
+    async def give_back(self, group_uid: str, name: str, *, taker: str, job_id: int | None = None) -> bool:
+        """Free the seat `taker` took for runner Job `name`, never created and never to be, and release the
+        job's claim; nothing if the seat is not `taker`'s any more (another replica took the job again)."""
+        keys = [self.keys.seats(group_uid), self.keys.taker(group_uid, name)]
+        keys += [self.keys.claim(job_id)] if job_id is not None else []
+        return bool(await self._give_back(keys=keys, args=[name, taker]))
 
     async def heartbeat(self, process: str) -> None:
         """Say that replica process `process` is alive, for `ALIVE_TTL_S`."""

@@ -105,6 +105,36 @@ return 'granted'
 """
 )
 
+# The seat of a runner Job whose create is about to be sent, granted again from now to the taker that
+# holds it (its register was slow: the create deadline starts again), with its taker's record and
+# heartbeat, and the job's claim if it still names the Job. Only while the taker still holds the seat
+# and (for a queued job) the claim: else nothing changes, and the create must not be sent.
+# KEYS: seats, taker, the taker's heartbeat, then for a queued job: claim; ARGV: name, taker, its
+# record's ttl (ms), the heartbeat's ttl (ms), the claim's ttl (ms). Returns 'granted' or 'late'.
+RENEW = (
+    NOW
+    + """
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('GET', KEYS[2]) ~= ARGV[2] then return 'late' end
+if #KEYS == 4 and redis.call('GET', KEYS[4]) ~= ARGV[1] then return 'late' end
+redis.call('ZADD', KEYS[1], 'XX', now, ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
+if #KEYS == 4 then redis.call('PEXPIRE', KEYS[4], ARGV[5]) end
+return 'granted'
+"""
+)
+
+# Give back the seat of a runner Job that was not and will not be created, and its job's claim: only
+# while the taker still holds the seat (a replica that took the same job again since holds it now, with
+# the claim). KEYS: seats, taker, then for a queued job: claim; ARGV: name, taker. Returns 1 if given back.
+GIVE_BACK = """
+if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[2])
+if #KEYS == 3 and redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('DEL', KEYS[3]) end
+return 1
+"""
+
 # One pass's view of a group's seats: frees the seats of runner Jobs that ended or were deleted, seats
 # the active runner Jobs that hold none (made before seats existed, or after Redis lost them), and
 # frees seats older than `reclaim_ms` among the `orphans` (seats of Jobs the API server says do not
