@@ -9,8 +9,9 @@ a second Job of that name (409 means "there already is one", never "created"). T
 (taken by `take`, SET NX on the job's claim key, only while the job is queued) decides which replica
 tries first, so replicas do not race on the create at all. A claim lasts the runner's Register (the
 caller's `claim_ttl_ms`) plus `CLAIM_PENDING_S` until its create has returned, then the claim TTL
-(`confirm`): a replica that dies between claim and create holds up the job for seconds, not minutes. A claim that expires while its create is still in flight
-costs nothing: the next replica's Job has the same name, and its create gets a 409.
+(`confirm`): a replica that dies between claim and create holds up the job for seconds, not minutes.
+A claim that expires while its create is still in flight costs nothing: the next replica's Job has
+the same name, and its create gets a 409.
 
 **Never more runners than `maxActiveRunners`.** Every runner Job, for a job or warm, holds a *seat*
 in its group's seat set from before it is created until it has ended:
