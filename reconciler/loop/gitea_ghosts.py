@@ -9,7 +9,12 @@ skipped quietly; the group's own is reported.
 The sweep lists each (Gitea, scope, token) once per interval and deletes rows that are offline, named
 like a runner of a group whose scope it lists, and whose runner Job is finished, or gone and holds no seat
 (a Job being created holds one before the cache can show it), or is another runner of the same Job
-name. Must not touch Redis; Kubernetes only through the cache and `Kube.secret_value`.
+name; and only rows that were ghosts at the sweep before too. A runner takes its seat before it
+registers and keeps it until its Job is over or was never made, so its row is listed only while its
+seat is held; but the seats and Jobs a sweep is given were read before it lists, and a runner can
+register in between. The next sweep's reads come after this sweep's listing, so a row both sweeps call
+a ghost was judged from reads made after its runner registered.
+Must not touch Redis; Kubernetes only through the cache and `Kube.secret_value`.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from reconciler.gitea.api import GiteaError, PollScope
 from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.loop.gitea_runners import RunnerRows
-from reconciler.loop.gitea_scopes import owners, scope_of, wider
+from reconciler.loop.gitea_scopes import owners, wider
 from reconciler.model.names import job_of_runner
 from reconciler.model.spec import RunnerGroupSpec
 from webhook_scaler.gitea import ActionRunner
@@ -28,22 +33,25 @@ from webhook_scaler.gitea import ActionRunner
 log = logging.getLogger(__name__)
 
 
-async def clear(rows: RunnerRows, group: GroupObject, spec: RunnerGroupSpec) -> int:
+async def clear(rows: RunnerRows, group: GroupObject, spec: RunnerGroupSpec) -> list[str]:
     """Delete the rows Gitea lists of a group's runners (a group being deleted, none of whose runner Jobs
-    runs any more) unless busy; how many busy ones are left. PermanentError if the group's API token
-    cannot be read; GiteaError if its own scope cannot be listed."""
-    scope = await scope_of(rows.kube, spec, group.namespace)
+    runs any more) unless busy; the names of the busy ones left. PermanentError if the group's API token
+    cannot be read (see `gitea_tokens`); GiteaError if its own scope cannot be listed, or not completely
+    (a row of ours may have moved past the pages read)."""
+    scope = await rows.tokens.scope(group, spec)
     label = f"{group.namespace}/{group.name}"
-    listings = [(scope, (await rows.gitea.runners(scope)).runners)]
-    listings += [(s, await _listed(rows, s, own=False)) for s in wider(scope)]
-    busy: set[int] = set()  # by id: the instance's listing shows every row the narrower ones did
+    own = await rows.gitea.runners(scope)
+    if not own.complete:
+        raise GiteaError("runners listing incomplete: rows moved while it was read")
+    listings = [(scope, own.runners), *[(s, await _listed(rows, s, own=False)) for s in wider(scope)]]
+    busy: dict[int, str] = {}  # by id: the instance's listing shows every row the narrower ones did
     for where, listed in listings:
         for row in (r for r in listed if owners(job_of_runner(r.name), [group])):
             if row.busy:
-                busy.add(row.id)
+                busy[row.id] = row.name
             else:
                 await rows.delete_row(where, row, label, reason="drain")
-    return len(busy)
+    return sorted(busy.values())
 
 
 async def sweep(
@@ -56,18 +64,25 @@ async def sweep(
 
     `scopes`: the groups by their (Gitea, scope, token); `jobs`: the runner Jobs by (namespace, name);
     `seated`: by group uid, the runner Jobs holding a seat (by any replica), which includes those being
-    created that the cache does not show yet."""
+    created that the cache does not show yet. A ghost is deleted at the second sweep in a row that
+    finds it one (see the module doc)."""
     removed = 0
     for scope, (groups, own) in _widened(scopes).items():
+        where, ghosts = (scope.url, scope.kind, scope.target), set[int]()
         for row in await _listed(rows, scope, own=own):
             if row.status != "offline" or row.busy:
                 continue
             mine = owners(job_of_runner(row.name), groups)
             if not mine or any(_in_use(row.name, g, jobs, seated) for g in mine):
                 continue
-            # Groups of one name in several namespaces give runners names alike: the first one counts it.
-            if await rows.delete_row(scope, row, f"{mine[0].namespace}/{mine[0].name}", reason="ghost"):
+            # A ghost at the sweep before too (see the module doc). Groups of one name in several namespaces
+            # give runners names alike: the first one counts it.
+            label = f"{mine[0].namespace}/{mine[0].name}"
+            if row.id in rows.suspects.get(where, ()) and await rows.delete_row(scope, row, label, reason="ghost"):
                 removed += 1
+            else:
+                ghosts.add(row.id)
+        rows.suspects[where] = ghosts
     return removed
 
 

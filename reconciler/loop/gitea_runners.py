@@ -4,9 +4,10 @@ Owns which runner Job deletions may go ahead, and the runner rows our runners le
 then deleted with their runner). The rows left behind are `gitea_ghosts`'.
 
 Every deletion, whatever its reason, goes through one protocol (`RunnerRows.vet`):
-1. **Find the row.** The group's scope is listed; a runner missing from it is looked for in the
-   wider scopes its API token can list (a repository's owner, then the instance): runners registered
-   with an org token while the group serves one repository are org runners.
+1. **Find the row** (`gitea_rows`). The group's scope is listed; a runner missing from it is looked
+   for in the wider scopes its API token can list (a repository's owner, then the instance): runners
+   registered with an org token while the group serves one repository are org runners. The token is
+   read from the group's Secret (`gitea_tokens`: a group being deleted with it uses the one last read).
 2. **Busy stays.** A row Gitea calls `busy`, or that an `in_progress` job of its scope names, is kept,
    and counts as busy for `BUSY_HOLD` seconds without asking again.
 3. **Disable, wait, ask again.** An idle row is disabled (`PATCH`, Gitea >= 1.26): Gitea hands a
@@ -16,11 +17,15 @@ Every deletion, whatever its reason, goes through one protocol (`RunnerRows.vet`
    the Job after it. A Gitea without the call (405) gets the row deleted at once, as before 1.26.
 4. **No row.** A runner whose Pod never ran (`pending_timeout`) or whose job is over (`job_over`,
    Gitea removes an ephemeral runner's row with its job) goes when the group's scope does not list it.
-   A surplus idle runner goes only when no scope its token can list holds its row (every listing
-   complete on one page); otherwise it is kept and reported `unlisted`: it registered where the group
-   cannot see it (the registration token's scope is not the group's), and Gitea cannot say it is idle.
+   A surplus idle runner goes only when no scope its token can list holds its row; otherwise it is
+   kept and reported `unlisted`: it registered where the group cannot see it (the registration token's
+   scope is not the group's), and Gitea cannot say it is idle. Which listings prove a row missing,
+   however many pages they take, is `gitea_rows`'.
 Gitea unreachable, a listing that moved under us, a refused call: the runner is kept and asked about
-later. A runner disabled but not confirmed idle stays due for deletion (`retiring`).
+later, and `Vetted` says why (`unanswered`: whether asking again can help, for a drain to give up on).
+A runner disabled but not confirmed idle stays due for deletion (`retiring`); one this process never
+disabled (it restarted, or another replica did) is found disabled in Gitea and put back
+(`deletions`' recall).
 
 Must not touch Redis; Kubernetes only through the cache and `Kube.secret_value`.
 """
@@ -36,10 +41,10 @@ from types import MappingProxyType
 
 from reconciler.decide.plan import Delete
 from reconciler.gitea.api import GiteaClient, GiteaError, PollScope
-from reconciler.gitea.paging import PAGE_SIZE
 from reconciler.kube.api import Kube, PermanentError, TransientError
 from reconciler.kube.objects import GroupObject
-from reconciler.loop.gitea_scopes import scope_of, wider
+from reconciler.loop.gitea_rows import Found, find
+from reconciler.loop.gitea_tokens import Tokens
 from reconciler.metrics import Metrics
 from reconciler.model.names import job_of_runner
 from reconciler.model.spec import RunnerGroupSpec
@@ -48,6 +53,18 @@ from webhook_scaler.gitea import ActionRunner
 log = logging.getLogger(__name__)
 BUSY_HOLD = 30.0  # seconds a runner Gitea called busy counts as busy without asking again
 SETTLE = 1.0  # seconds from disabling runners to asking again whether one took a job meanwhile
+REFUSING = frozenset({401, 403, 404})  # Gitea refuses the token (401, 403) or knows no such scope (404)
+
+
+def unanswered(exc: BaseException) -> str:
+    """What a failure to ask Gitea about a group's runners bodes: "refused" (asking again will not help:
+    the group's API token cannot be read, or Gitea answers 401, 403 or 404), "unreachable" (no answer,
+    or a server error), else "" (a hiccup: ask again)."""
+    if isinstance(exc, PermanentError) or (isinstance(exc, GiteaError) and exc.status in REFUSING):
+        return "refused"
+    if isinstance(exc, GiteaError) and (exc.status is None or exc.status >= 500):
+        return "unreachable"
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,16 +74,8 @@ class Vetted:
 
     allowed: list[Delete]
     unlisted: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class _Found:
-    """Where the runners' rows are: by name, the scope listing each and its row; and which names the
-    group's own scope (`missing_here`) or every scope its token can list (`absent`) proves missing."""
-
-    rows: dict[str, tuple[PollScope, ActionRunner]]
-    missing_here: set[str]
-    absent: set[str]
+    unasked: str = ""  # why Gitea could not be asked ("": it was)
+    outlook: str = ""  # and what that bodes (`unanswered`)
 
 
 @dataclass
@@ -81,6 +90,18 @@ class RunnerRows:
     settle: float = SETTLE
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     retiring: dict[tuple[str, str], Delete] = field(default_factory=dict)  # (group uid, Job): disabled, unconfirmed
+    tokens: Tokens = field(init=False)  # the groups' API tokens, kept for their drains
+    # (Gitea, scope kind, target) -> the ids of the rows the last sweep of that scope found ghosts
+    suspects: dict[tuple[str, str, str], set[int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.tokens = Tokens(self.kube)
+
+    def forget(self, uid: str) -> None:
+        """Drop what is kept of a group that is gone."""
+        self.tokens.forget(uid)
+        for key in [k for k in self.retiring if k[0] == uid]:
+            del self.retiring[key]
 
     def busy(self, namespace: str, name: str) -> bool:
         """Whether Gitea called this runner busy in the last BUSY_HOLD seconds."""
@@ -109,10 +130,10 @@ class RunnerRows:
         now = self.clock()
         self.busy_until = {k: t for k, t in self.busy_until.items() if t > now}  # expired, or runners gone
         label = f"{group.namespace}/{group.name}"
+        named, found = {d.name: runners.get(d.name, d.name) for d in deletes}, None
         try:
-            scope = await scope_of(self.kube, spec, group.namespace)
-            named = {d.name: runners.get(d.name, d.name) for d in deletes}
-            found = await self._find(scope, set(named.values()))
+            scope = await self.tokens.scope(group, spec)
+            found = await self.find(scope, set(named.values()))
             running = await self._running({s for s, _ in found.rows.values()})
         except (GiteaError, PermanentError, TransientError) as exc:
             if fallback is not None:
@@ -120,9 +141,7 @@ class RunnerRows:
                     "runners registered where Gitea cannot be asked", extra={"group": group.name, "error": str(exc)}
                 )
                 return await self.vet(group, fallback, deletes, runners)
-            names = [d.name for d in deletes]
-            self._kept(group, names, "unconfirmed", "runners kept: Gitea cannot say they are idle", exc)
-            return Vetted([])
+            return self._unasked(group, deletes, exc, rows_listed=found is not None)
         allowed, unlisted, idle = self._sort(group, deletes, named, found, running, now=now)
         if unlisted:
             self._kept(group, unlisted, "unlisted", "runners kept: no scope the group's token can list holds their row")
@@ -131,12 +150,20 @@ class RunnerRows:
             self.retiring.pop((group.uid, d.name), None)
         return Vetted(allowed, unlisted)
 
+    def _unasked(self, group: GroupObject, deletes: Sequence[Delete], exc: Exception, *, rows_listed: bool) -> Vetted:
+        """Nothing goes: Gitea could not be asked about these runners; why, and what that bodes. A 404 once
+        the rows were listed is the jobs listing of a Gitea without it (before 1.25), not a scope gone."""
+        names = [d.name for d in deletes]
+        self._kept(group, names, "unconfirmed", "runners kept: Gitea cannot say they are idle", exc)
+        no_jobs_api = rows_listed and isinstance(exc, GiteaError) and exc.status == 404
+        return Vetted([], unasked=str(exc), outlook="" if no_jobs_api else unanswered(exc))
+
     def _sort(
         self,
         group: GroupObject,
         deletes: Sequence[Delete],
         named: Mapping[str, str],
-        found: _Found,
+        found: Found,
         running: set[int],
         *,
         now: float,
@@ -213,31 +240,9 @@ class RunnerRows:
                 allowed.append(d)
         return allowed
 
-    async def _find(self, scope: PollScope, names: set[str]) -> _Found:
-        """Look for the rows of `names` in the group's scope, then in the wider ones for those missing;
-        GiteaError if the group's own scope cannot be listed."""
-        rows: dict[str, tuple[PollScope, ActionRunner]] = {}
-        missing_here: set[str] = set()
-        proven = True
-        for s in [scope, *wider(scope)]:
-            wanted = names - rows.keys()
-            if not wanted:
-                break
-            try:
-                listed = await self.gitea.runners(s)
-            except GiteaError:
-                if s is scope:
-                    raise
-                proven = False  # the token has no say there (403), or it did not answer
-                continue
-            rows.update((name, (s, row)) for name, row in _by_name(listed.runners, wanted).items())
-            # One short page is one SELECT: a name missing from it is missing from Gitea. Several pages
-            # can miss a row without their count showing it (gitea.paging), so they never prove one gone.
-            complete = listed.complete and len(listed.runners) < PAGE_SIZE
-            if s is scope and complete:
-                missing_here = names - rows.keys()
-            proven = proven and complete
-        return _Found(rows, missing_here, (names - rows.keys()) if proven else set())
+    async def find(self, scope: PollScope, names: set[str]) -> Found:
+        """Where the rows of `names` are (`gitea_rows.find`); GiteaError if the group's scope cannot be listed."""
+        return await find(self.gitea, scope, names)
 
     async def _running(self, scopes: Iterable[PollScope]) -> set[int]:
         """Ids of the runners Gitea lists an `in_progress` job on in these scopes; GiteaError if a listing
@@ -260,16 +265,3 @@ class RunnerRows:
         self.metrics.gitea_runners_removed.labels(group=label, reason=reason).inc()
         log.info("runner row deleted in gitea", extra={"runner": row.name, "id": row.id, "reason": reason})
         return True
-
-
-def _by_name(runners: Iterable[ActionRunner], wanted: set[str]) -> dict[str, ActionRunner]:
-    """The row of each wanted name. A name given again (after the Job and Pods of its earlier runner went)
-    may have a row the earlier runner left behind: the live one is the busy one, else one that is not
-    offline (a runner polls Gitea every few seconds; a row left behind is offline)."""
-    out: dict[str, ActionRunner] = {}
-    for row in runners:
-        if row.name in wanted:
-            first = out.get(row.name)
-            if first is None or (row.busy, row.status != "offline") > (first.busy, first.status != "offline"):
-                out[row.name] = row
-    return out

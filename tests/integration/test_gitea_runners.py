@@ -3,17 +3,19 @@ runner deletions go ahead, the runner rows deleted with them, and the ghost swee
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import fakeredis
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
 from reconciler.decide.plan import Delete
-from reconciler.gitea.api import GiteaClient
+from reconciler.gitea.api import GiteaClient, PollScope, RunnersListing
 from reconciler.kube.api import Kube
 from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.loop import gitea_ghosts
@@ -23,6 +25,7 @@ from reconciler.metrics import Metrics
 from reconciler.model.names import job_name
 from tests.fake_gitea import FakeGitea
 from tests.groups import spec
+from webhook_scaler.store.seats.coordination import Coordination
 
 MakeServer = Callable[[web.Application], Awaitable[TestServer]]
 TOKEN = "api-token-value"
@@ -222,11 +225,41 @@ async def test_a_surplus_runner_no_listable_scope_holds_is_kept_and_reported(git
     fake.refused = {"global_runners"}  # the instance's runners: only a site admin's token lists them
     vetted, _ = await vet(url, [surplus("builders-w-cccccc")])
     assert vetted.allowed == [] and vetted.unlisted == ["builders-w-cccccc"]
-    fake.refused = set()
-    for i in range(60):  # two pages: rows may move between the pages while they are read
+
+
+@pytest.mark.parametrize("reason", ["surplus_idle", "pending_timeout", "job_over"])
+async def test_a_runner_without_a_row_goes_from_a_scope_of_several_pages(
+    gitea: tuple[FakeGitea, str], reason: str
+) -> None:
+    """50 rows or more take several pages: a runner none of them is goes all the same, once a second
+    complete listing misses it too."""
+    fake, url = gitea
+    for i in range(60):
         fake.add_runner(f"other-{i}")
-    vetted, _ = await vet(url, [surplus("builders-w-cccccc")])
-    assert vetted.allowed == []
+    vetted, _ = await vet(url, [Delete("builders-4-0", reason, 4)])
+    assert vetted.allowed == [Delete("builders-4-0", reason, 4)] and vetted.unlisted == []
+    assert fake.requests["org_runners"] == 4 and fake.deleted == [], "each listing read twice, two pages each"
+
+
+async def test_a_row_that_moved_onto_a_page_read_already_is_found_by_the_second_listing(
+    gitea: tuple[FakeGitea, str],
+) -> None:
+    """While a listing of two pages is read, a row on the first page goes and a new runner registers
+    (listed last): the total stays, no row comes twice, and the runner's own row, first on page 2, moved
+    onto page 1, read already. The second listing finds it: the runner is disabled and its row deleted
+    with it, not taken for a runner without a row."""
+    fake, url = gitea
+    others = [fake.add_runner(f"other-{i}") for i in range(50)]  # page 1 (online rows come first)
+    ours = fake.add_runner("builders-w-cccccc")  # the 51st: page 2
+
+    def moved() -> None:
+        del fake.runners[others[0]]
+        fake.add_runner("newcomer", status="offline")  # never online: listed last
+
+    fake.after["global_runners"] = once(moved)
+    vetted, _ = await vet(url, [surplus("builders-w-cccccc")], scope="global", org=None)
+    assert vetted.allowed == [surplus("builders-w-cccccc")]
+    assert fake.requests["global_runner_disable"] == 1 and fake.deleted == [ours], "asked about, its row deleted"
 
 
 def job(name: str, finished: str = "") -> JobObject:
@@ -250,9 +283,60 @@ async def test_the_sweep_deletes_offline_rows_of_ours_whose_job_is_gone_or_done(
         rows = runner_rows()
         rows.gitea = GiteaClient(session)
         scope = await _scope(url)
-        removed = await gitea_ghosts.sweep(rows, {scope: scope_groups}, jobs, {"u-1": {"builders-w-000004"}})
-    assert removed == 2 and sorted(fake.deleted) == sorted([gone, done])
+        sweeps = [await gitea_ghosts.sweep(rows, {scope: scope_groups}, jobs, {"u-1": {"builders-w-000004"}})]
+        assert fake.deleted == [], "a ghost goes at the second sweep that finds it one"
+        sweeps.append(await gitea_ghosts.sweep(rows, {scope: scope_groups}, jobs, {"u-1": {"builders-w-000004"}}))
+    assert sweeps == [0, 2] and sorted(fake.deleted) == sorted([gone, done])
     assert all(k in fake.runners for k in keep)
+
+
+class Interleaved(GiteaClient):
+    """A client whose next runners listing first lets `before` happen: what happens between a sweep's
+    reads of seats and Jobs and its listing."""
+
+    before: Callable[[], Awaitable[None]] | None = None
+
+    async def runners(self, scope: PollScope) -> RunnersListing:
+        hook, self.before = self.before, None
+        if hook is not None:
+            await hook()
+        return await super().runners(scope)
+
+
+async def test_a_runner_registering_between_a_sweeps_reads_and_its_listing_keeps_its_row(
+    gitea: tuple[FakeGitea, str],
+) -> None:
+    """The sweep is given the seats and Jobs read before it lists the rows (as the poller reads them). A
+    runner created in between (a seat taken, then registered: its row offline until it first polls, no
+    Job in the cache yet) keeps its row, at that sweep and the next; once its Job is over and its seat
+    free, its row is a ghost and goes, at the second sweep that finds it one."""
+    fake, url = gitea
+    coordination = Coordination(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
+    epoch = await coordination.epoch(new_id="e1")
+    name = "builders-w-cccccc"
+    jobs: dict[tuple[str, str], JobObject] = {}
+
+    async def created() -> None:
+        assert await coordination.take(GROUP.uid, name, maximum=3, epoch=epoch.id, taker="r/1") == "granted"
+        fake.add_runner(f"{name}.0badc0de", status="offline")
+
+    async def sweep_once() -> int:  # the poller's order: seats (and Jobs) read, then the sweep lists
+        seated = {GROUP.uid: set((await coordination.seats(GROUP.uid)).held)}
+        return await gitea_ghosts.sweep(rows, {scope: [GROUP]}, jobs, seated)
+
+    async with aiohttp.ClientSession() as session:
+        rows = runner_rows()
+        rows.gitea = client = Interleaved(session)
+        scope = await _scope(url)
+        client.before = created
+        sweeps = [await sweep_once(), await sweep_once()]
+        assert sweeps == [0, 0] and fake.deleted == [], "its row stays while it is being created"
+        jobs[("ci", name)] = dataclasses.replace(job(name), runner_name=f"{name}.0badc0de")
+        sweeps.append(await sweep_once())
+        jobs[("ci", name)] = dataclasses.replace(jobs[("ci", name)], finished="Complete")
+        await coordination.seats(GROUP.uid, free=[name])
+        sweeps += [await sweep_once(), await sweep_once()]
+    assert sweeps == [0, 0, 0, 0, 1] and len(fake.deleted) == 1 and not fake.runners
 
 
 async def _scope(url: str) -> Any:
@@ -283,10 +367,9 @@ async def test_the_sweep_and_the_drain_look_in_the_wider_scopes_the_token_can_li
         rows.gitea = GiteaClient(session)
         repo_spec = spec(gitea={"url": url}, scope="repo", repo="acme/w")
         scope = await scope_of(_kube(), repo_spec, "ci")
-        removed = await gitea_ghosts.sweep(
-            rows, {scope: [GROUP]}, {("ci", "builders-w-000011"): job("builders-w-000011")}, {}
-        )
-        assert removed == 1 and fake.deleted == [ghost]
-        assert await gitea_ghosts.clear(rows, GROUP, repo_spec) == 0
+        running = {("ci", "builders-w-000011"): job("builders-w-000011")}
+        removed = [await gitea_ghosts.sweep(rows, {scope: [GROUP]}, running, {}) for _ in range(2)]
+        assert removed == [0, 1] and fake.deleted == [ghost]
+        assert await gitea_ghosts.clear(rows, GROUP, repo_spec) == []
     assert fake.deleted == [ghost, left], "the drain cleared the one whose Job ran during the sweep"
     assert elsewhere in fake.runners, "a scope no group of ours has, nor the token may list, is not looked at"
