@@ -136,6 +136,17 @@ class Settings(RedisSettings):
     ghost_sweep_interval: float = Field(
         120.0, ge=0, description="Seconds between sweeps of the offline runner rows our runners left in Gitea; 0 = off."
     )
+    drain_timeout: float = Field(
+        3600.0,
+        gt=0,
+        description=(
+            "Seconds a deleted RunnerGroup may wait for its runners, from its deletionTimestamp; then its finalizer "
+            "goes whatever is left, with a DrainTimedOut Warning Event naming it (a busy runner loses its job). "
+            "How long a job runs cannot be known: an hour lets most CI jobs end while a deleted group (and its "
+            "namespace) does not hang for long; raise it for longer jobs (Gitea ends a task after 3 h, its "
+            "ENDLESS_TASK_TIMEOUT)."
+        ),
+    )
     create_concurrency: int = Field(
         32,
         ge=1,

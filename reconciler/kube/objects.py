@@ -48,6 +48,7 @@ class GroupObject:
     finalizers: tuple[str, ...] = ()
     resource_version: str = ""
     created_ms: int = 0
+    deleted_ms: int = 0  # its deletionTimestamp (0: not deleted, or not known)
 
     @property
     def ref(self) -> GroupRef:
@@ -107,6 +108,7 @@ def group_from(raw: Mapping[str, Any]) -> GroupObject:
         finalizers=tuple(meta.get("finalizers") or ()),
         resource_version=str(meta.get("resourceVersion") or ""),
         created_ms=_ms(meta.get("creationTimestamp")) or 0,
+        deleted_ms=_ms(meta.get("deletionTimestamp")) or 0,
     )
 
 

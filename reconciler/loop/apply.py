@@ -154,7 +154,7 @@ class GroupPass:
         await self._write_status(group, spec, decided, state, waits)
         if refusal is not None:
             raise refusal  # the scheduler's backoff tries again
-        if not await self.deletions.hold_or_finish(group, spec, jobs):
+        if not await self.deletions.hold_or_finish(group, spec, jobs, now_ms, self.settings.drain_timeout):
             self.wake_at(state, now_ms + DRAIN_RECHECK_MS)
         return decided
 
