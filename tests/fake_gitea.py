@@ -108,6 +108,7 @@ class FakeGitea:
         self.deleted: list[int] = []
         self.fail_with: int | None = None
         self.register_held: asyncio.Event | None = None  # a Register answers once it is set (a Gitea kept busy)
+        self.private: set[str] = set()  # repositories (owner/name) the API token cannot see: unlisted, their jobs 404
         template = json.loads((DATA / "api-examples" / "repo-actions-jobs.status-queued.v1.25.json").read_text())
         self._job_template = template["jobs"][0]
         self._repo_template = json.loads((DATA / "webhooks" / "01-queued.json").read_text())["repository"]
@@ -320,6 +321,8 @@ class FakeGitea:
         if denied:
             return denied
         full = f"{request.match_info['owner']}/{request.match_info['repo']}".lower()
+        if full in {p.lower() for p in self.private}:
+            return web.json_response({"errors": None, "message": "not found", "url": ""}, status=404)
         return self._jobs_response(
             request, "/repos/{owner}/{repo}/actions/jobs", lambda r: r.lower() == full, endpoint="repo_jobs"
         )
@@ -344,7 +347,9 @@ class FakeGitea:
         if denied:
             return denied
         user = request.match_info["username"].lower()
-        rows = [r for full, r in self.repos.items() if full.split("/")[0].lower() == user]
+        hidden = {p.lower() for p in self.private}
+        owned = [(full.lower(), r) for full, r in self.repos.items() if full.split("/")[0].lower() == user]
+        rows = [r for full, r in owned if full not in hidden]
         body = self._page(request, rows)
         self._valid(self.validator.response, "/users/{username}/repos", body)
         return self._answer("user_repos", body)

@@ -58,10 +58,13 @@ class PolledJob:
 @dataclass(frozen=True, slots=True)
 class JobsListing:
     """A scope's queued and running jobs; `complete`: every row Gitea had was read (`paging`), so a
-    job missing here was not queued or running while the listing was taken."""
+    job missing here was not queued or running while the listing was taken. `repos`: where the
+    listing read only some repositories of its scope (a user's, those its token can see), which
+    (`owner/name`, lower-case): it says nothing of the jobs of any other; None: the whole scope."""
 
     jobs: list[PolledJob]
     complete: bool
+    repos: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +138,10 @@ class GiteaClient:
         return await walk(fetch, key=key)
 
     async def jobs(self, scope: PollScope) -> JobsListing:
-        """The scope's jobs that are queued or in progress, over all pages; a user scope lists each
-        repository the user owns, and is complete only if every one of those listings is."""
+        """The scope's jobs that are queued or in progress, over all pages. A user scope lists each
+        repository of the user the token can see (a private one it cannot is not listed at all), so
+        the listing is of those repositories only (`JobsListing.repos`), and complete only if every
+        one of their listings and the list of them are."""
         if scope.kind == "user":
             repos, complete = await self.user_repos(scope)
             out: list[PolledJob] = []
@@ -144,7 +149,7 @@ class GiteaClient:
                 listing = await self._repo_jobs(scope, repo)
                 out.extend(listing.jobs)
                 complete = complete and listing.complete
-            return JobsListing(out, complete)
+            return JobsListing(out, complete, frozenset(r.lower() for r in repos))
         if scope.kind == "repo":
             return await self._repo_jobs(scope, scope.target)
         path = "/admin/actions/jobs" if scope.kind == "global" else f"/orgs/{quote(scope.target)}/actions/jobs"

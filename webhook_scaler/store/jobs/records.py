@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, cast
@@ -162,12 +162,20 @@ class JobStore:
         }
 
     async def sync_polled(
-        self, scope: Scope, jobs: Iterable[JobUpdate], *, polled_since_ms: int, complete: bool
+        self,
+        scope: Scope,
+        jobs: Iterable[JobUpdate],
+        *,
+        polled_since_ms: int,
+        complete: bool,
+        repos: Collection[str] | None = None,
     ) -> tuple[int, int]:
         """Reconcile one scope with Gitea's list of its queued and running jobs, both ways.
 
         Adds what no webhook reported. Only from a `complete` listing, marks `gone` a queued job missed
-        by this listing and the one before it, if nothing recorded it since the poll began (see DROP).
+        by this listing and the one before it, if nothing recorded it since the poll began (see DROP);
+        with `repos`, only a job of one of those repositories (`owner/name`): the listing read only
+        them, so it says nothing of the scope's others (a user's repositories its token cannot see).
         Last, stamps the jobs listed queued with the poll's start (`QueuedJob.listed_ms`).
         Returns (added, dropped).
         """
@@ -181,16 +189,19 @@ class JobStore:
             result = await self.record(update, polled_since_ms=polled_since_ms)
             if result.outcome is Outcome.APPLIED and result.previous != JobStatus.QUEUED:
                 added += 1
-        dropped = await self._drop_missing(scope, listed, polled_since_ms) if complete else 0
+        seen = None if repos is None else {r.lower() for r in repos}
+        dropped = await self._drop_missing(scope, listed, polled_since_ms, seen) if complete else 0
         if queued:
             await self._listed(keys=queued, args=[polled_since_ms])
         return added, dropped
 
-    async def _drop_missing(self, scope: Scope, listed: set[str], polled_since_ms: int) -> int:
+    async def _drop_missing(self, scope: Scope, listed: set[str], polled_since_ms: int, seen: set[str] | None) -> int:
         members = cast("list[bytes]", await self.redis.zrange(self.keys.index(scope), 0, -1))
         missing = [m for m in (text(b) for b in members) if m not in listed]
         dropped = 0
         for (owner, repo), ids in (await self._owner_repo_of(missing)).items():
+            if seen is not None and repo not in seen:
+                continue  # the listing did not read this repository
             keys = [*self.keys.indexes(owner, repo), self.keys.stream]
             for job_id in ids:
                 keys += [self.keys.job(job_id), self.keys.claim(job_id)]
