@@ -1131,6 +1131,49 @@ async def test_the_finalizer_goes_beside_and_leaves_without_another_controllers(
         await eventually(lambda: api_request(kube, "GET", path)[1]["metadata"].get("finalizers") == both[:1])
 
 
+@pytest.mark.parametrize("restarted", [False, True], ids=["token-kept", "controller-restarted"])
+async def test_a_group_deleted_with_its_token_secret_goes(
+    kube: KubeCluster, redis_server: RedisServer, aiohttp_server: MakeServer, restarted: bool
+) -> None:
+    """GitOps deletes a RunnerGroup and its token Secret together while it has a warm runner. The
+    controller that served it drains it with the API token it last read: the warm runner is asked about
+    in Gitea, its row and Job deleted, and the group goes. A controller started since never read the
+    token: the drain is abandoned (DrainAbandoned), the warm runner goes without asking Gitea, its row
+    stays there, and the group goes all the same."""
+    fake = FakeGitea(token=API_TOKEN)
+    url = str((await aiohttp_server(fake.app())).make_url("")).rstrip("/")
+    ns = namespace(kube)
+    create_group(kube, ns, "gitops", labels=[], defaultLabels=[], minIdleRunners=1, gitea={"url": url})
+    path = RG.format(ns=ns) + "/gitops"
+
+    def delete_both() -> None:
+        assert api_request(kube, "DELETE", f"/api/v1/namespaces/{ns}/secrets/gitea")[0] == 200
+        assert api_request(kube, "DELETE", path)[0] == 200
+
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, gitea_url=url) as controller:
+        (job,) = await eventually(lambda: runner_jobs(kube, ns))
+        row = fake.add_runner(runner_of(job))
+        await eventually(
+            lambda: "gitea.bpg.pw/runners" in (api_request(kube, "GET", path)[1]["metadata"].get("finalizers") or [])
+        )
+        await passes(controller, count=2)
+        if not restarted:
+            delete_both()
+            await eventually(lambda: api_request(kube, "GET", path)[0] == 404, timeout=30)
+    if restarted:
+        delete_both()
+        async with running_controller(kube.kubeconfig, redis_server.url, ns, gitea_url=url):
+            await eventually(lambda: api_request(kube, "GET", path)[0] == 404, timeout=30)
+    assert not runner_jobs(kube, ns) or all(j["metadata"].get("deletionTimestamp") for j in runner_jobs(kube, ns))
+    abandoned = events(kube, ns, "DrainAbandoned")
+    if restarted:
+        assert len(abandoned) == 1 and "Secret" in abandoned[0]["message"], abandoned
+        assert fake.deleted == [] and row in fake.runners, "Gitea was not asked: the row stays"
+    else:
+        assert abandoned == [] and fake.deleted == [row], "asked in Gitea: its row went with it"
+        assert fake.requests["org_runner_disable"] == 1
+
+
 def _running_pod(kube: KubeCluster, ns: str, job: dict[str, Any]) -> str:
     """The Pod the Job controller and a kubelet would make for `job`, Running (neither runs here)."""
     name = job["metadata"]["name"]
