@@ -2,6 +2,7 @@
 controller wakes on events and timers (`controller`), reads demand (`demand`) and runs each group's
 pass (`scheduler`, `apply`) through its seats (`seating`), registrations (`registrations`),
 deletions and drains (`deletions`, `drain`), evictions (`disruption`), refused Pods (`admission`)
-and reports (`reports`). Gitea's word on our runners (`gitea_runners`, `gitea_scopes`,
-`gitea_ghosts`) and the polling fallback (`poller`) are here too, because they act on both sides.
+and reports (`reports`). Gitea's word on our runners (`gitea_runners`, `gitea_rows`, `gitea_scopes`,
+`gitea_tokens`, `gitea_ghosts`) and the polling fallback (`poller`) are here too, because they act on
+both sides.
 """
