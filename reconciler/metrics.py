@@ -27,6 +27,10 @@ _HELP = {
     ),
     "grs_gitea_requests": "Gitea API requests by endpoint and outcome (ok, an HTTP status, error).",
     "grs_reconcile_errors": "Reconcile errors by kind (transient, permanent).",
+    "grs_group_faults": (
+        "Exceptions one group's objects raised that were kept to that group (its status says so; no other group "
+        "stopped), by stage (validate, round, poll, sweep): each one is a bug to report."
+    ),
     "grs_time_to_runner_seconds": (
         "From a job being queued (as recorded) to the creation of a runner Job for it (not to its pickup: "
         "see grs_job_queue_wait_seconds)."
@@ -87,6 +91,7 @@ class Metrics:
     waiting_jobs: Gauge
     registration_failures: Counter
     runners_lost: Counter
+    group_faults: Counter
 
     def forget(self, group: str) -> None:
         """Remove every series of a group that is gone, so that dashboards stop showing it."""
@@ -110,6 +115,7 @@ class Metrics:
             self.waiting_jobs,
             self.registration_failures,
             self.runners_lost,
+            self.group_faults,
         ):
             metric.remove_by_labels({"group": group})
 
@@ -160,6 +166,7 @@ class Metrics:
             waiting_jobs=_gauge(registry, "grs_waiting_jobs", "group", "reason"),
             registration_failures=_counter(registry, "grs_registration_failures", "group"),
             runners_lost=_counter(registry, "grs_runners_lost", "group"),
+            group_faults=_counter(registry, "grs_group_faults", "group", "stage"),
         )
 
 

@@ -100,6 +100,7 @@ class FakeGitea:
         self.after: dict[str, Callable[[], None]] = {}
         self.disable_supported = True  # False: answer PATCH as Gitea 1.25 does (405)
         self.refused: set[str] = set()  # endpoints the token may not use (403), e.g. "global_runners"
+        self.version = "1.25.0"  # before 1.25, Gitea has no jobs API: its paths answer 404
         LIVE.append(self)
         self.jobs: dict[int, dict[str, Any]] = {}
         self.repos: dict[str, dict[str, Any]] = {}
@@ -164,6 +165,7 @@ class FakeGitea:
         app.router.add_get("/api/v1/admin/actions/jobs", self._admin_jobs)
         app.router.add_get("/api/v1/users/{username}/repos", self._user_repos)
         app.router.add_post("/api/actions/runner.v1.RunnerService/Register", self._register)
+        app.router.add_get("/api/v1/version", self._version)
         for prefix, kind in (
             ("/repos/{owner}/{repo}", "repo"),
             ("/orgs/{org}", "org"),
@@ -292,9 +294,17 @@ class FakeGitea:
             return web.json_response({"message": "token is required"}, status=401)
         if endpoint in self.refused:
             return web.json_response({"message": "token does not have at least one of required scope(s)"}, status=403)
+        if endpoint.endswith("_jobs") and tuple(int(p) for p in self.version.split(".")[:2]) < (1, 25):
+            return web.json_response({"errors": None, "message": "not found", "url": ""}, status=404)
         if self.fail_with:
             return web.json_response({"message": "injected"}, status=self.fail_with)
         return None
+
+    async def _version(self, request: web.Request) -> web.Response:
+        self.requests["version"] += 1
+        body = {"version": self.version}
+        self._valid(self.validator.response, "/version", body)
+        return web.json_response(body)
 
     def _page(self, request: web.Request, rows: list[Any]) -> list[Any]:
         limit = min(int(request.query.get("limit", "30")), 50)

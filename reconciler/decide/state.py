@@ -18,6 +18,7 @@ class GroupState:
     retry_at: float = 0.0
     reported_failures: set[str] = field(default_factory=set)
     last_error: str = ""
+    failing: str = ""  # why passes keep failing, once the status says so ("": the last pass did not fail)
     gitea: Condition | None = None
     last_poll: str | None = None
     invalid_generation: int = -1

@@ -27,7 +27,7 @@ class Condition:
 
 
 def _conditions(previous: Mapping[str, Any], wanted: Sequence[Condition], *, now: str, generation: int) -> list[Any]:
-    old = {c.get("type"): c for c in previous.get("conditions") or []}
+    old = {c.get("type"): c for c in previous.get("conditions") or [] if isinstance(c, Mapping)}
     out = []
     for c in wanted:
         before = old.get(c.type) or {}
@@ -105,14 +105,28 @@ def _admitted(refused: Mapping[str, str], create_refused: str) -> Condition:
     return Condition("RunnersAdmitted", "False", "PodRefused", message[:1000])
 
 
-def _ready(spec: RunnerGroupSpec | None, invalid: str, error: str) -> Condition:
+def _ready(spec: RunnerGroupSpec | None, invalid: str, error: str, blockers: Sequence[Condition]) -> Condition:
+    """Ready is True only when a job of the group can get a runner now: the first other condition that
+    is False says why not (Unknown says nothing yet: no poll, say)."""
     if invalid or spec is None:
         return Condition("Ready", "False", "InvalidSpec", invalid or "invalid spec")
     if error:
         return Condition("Ready", "False", "ReconcileFailed", f"stopped until the RunnerGroup changes: {error}")
     if spec.suspend:
         return Condition("Ready", "True", "Suspended", "suspended: no new runners are started")
+    blocked = next((c for c in blockers if c.status == "False"), None)
+    if blocked is not None:
+        return Condition("Ready", "False", blocked.reason, f"{blocked.type}: {blocked.message}")
     return Condition("Ready", "True", "Reconciled", "runners follow the queued jobs")
+
+
+def failing(previous: Mapping[str, Any], why: str, *, now: datetime, generation: int) -> dict[str, Any]:
+    """The stored status with Ready False, `PassFailing`: the group's passes fail again and again (Redis or
+    the API server unreachable, say), so none of its counts can be trusted to move."""
+    wanted = Condition("Ready", "False", "PassFailing", f"the controller cannot serve this group now: {why}")
+    kept = [c for c in previous.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") != "Ready"]
+    ready = _conditions(previous, [wanted], now=timestamp(now), generation=generation)
+    return {**pass_fields(previous), "conditions": [*ready, *kept]}
 
 
 def desired_status(
@@ -135,9 +149,9 @@ def desired_status(
     scope: str = "",
 ) -> dict[str, Any]:
     """The whole status object for this pass (`error`: a permanent error that stopped the group)."""
-    stamp, ready = timestamp(now), _ready(spec, invalid, error)
     reach = gitea or Condition("GiteaReachable", "Unknown", "NotPolledYet", "no poll of Gitea has finished yet")
     health, listed, admitted = _health(backoff, failed), _listed(unlisted, scope), _admitted(refused, create_refused)
+    stamp, ready = timestamp(now), _ready(spec, invalid, error, (reach, admitted, listed, health))
     status: dict[str, Any] = {
         "target": spec.target if spec else "",
         "activeRunners": counts.active if counts else 0,

@@ -215,6 +215,14 @@ class GiteaClient:
         except ValidationError as exc:
             raise GiteaError("runner does not fit the model") from exc
 
+    async def version(self, scope: PollScope) -> str:
+        """The Gitea's version string (`/version`, e.g. `1.25.2`, or Forgejo's `11.0.1+gitea-1.22.0`)."""
+        body, _ = await self._get(scope, "/version", [], "version")
+        version = body.get("version") if isinstance(body, dict) else None
+        if not isinstance(version, str):
+            raise GiteaError("GET /version: no version in the answer")
+        return version
+
     async def user_repos(self, scope: PollScope) -> tuple[list[str], bool]:
         """`owner/name` of every repository the user owns, and whether the listing is complete."""
         pages = await self._pages(scope, f"/users/{quote(scope.target)}/repos", [], "user_repos", key=None)

@@ -199,6 +199,7 @@ def _served_version() -> dict[str, Any]:
         ("Queued", ".status.queuedJobs", "integer"),
         ("Max", ".spec.maxActiveRunners", "integer"),
         ("Ready", ".status.conditions[?(@.type=='Ready')].status", "string"),
+        ("Reason", ".status.conditions[?(@.type=='Ready')].reason", "string"),
         ("Age", ".metadata.creationTimestamp", "date"),
     ]
     printer = [{"name": n, "jsonPath": p, "type": t} for n, p, t in columns]

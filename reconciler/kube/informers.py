@@ -57,9 +57,21 @@ class Informer(Generic[T]):
         meta = raw["metadata"]
         return meta.get("namespace", ""), meta["name"]
 
+    def _converted(self, raw: Mapping[str, Any]) -> T | None:
+        """The object as the cache keeps it, or None (left out, and logged) if it cannot be read: one
+        object anyone may edit (an annotation, say) never stops the cache of every other."""
+        try:
+            return self._convert(raw)
+        except Exception as exc:
+            namespace, name = self._key(raw)
+            extra = {"informer": self.name, "namespace": namespace, "object": name, "error": repr(exc)[:300]}
+            log.warning("object left out of the cache: it cannot be read", extra=extra)
+            return None
+
     async def _relist(self) -> str:
         result = self._sanitize(await self._list(_request_timeout=REQUEST_TIMEOUT * 2))
-        self.items = {self._key(o): self._convert(o) for o in result.get("items") or []}
+        converted = ((self._key(o), self._converted(o)) for o in result.get("items") or [])
+        self.items = {key: obj for key, obj in converted if obj is not None}
         self.relists += 1
         self.synced.set()
         self._on_change()
@@ -101,10 +113,11 @@ class Informer(Generic[T]):
                     version = raw["metadata"]["resourceVersion"]
                     continue
                 key = self._key(raw)
-                if kind == "DELETED":
+                obj = None if kind == "DELETED" else self._converted(raw)
+                if obj is None:
                     self.items.pop(key, None)
                 else:
-                    self.items[key] = self._convert(raw)
+                    self.items[key] = obj
                 version = raw["metadata"]["resourceVersion"]
                 self._on_change()
         return version

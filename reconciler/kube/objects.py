@@ -127,7 +127,7 @@ def job_from(raw: Mapping[str, Any]) -> JobObject:
         namespace=meta["namespace"],
         name=meta["name"],
         group=(meta.get("labels") or {}).get(GROUP_LABEL, ""),
-        job_id=int(job_id) if job_id and job_id.isdigit() else None,
+        job_id=job_id_of(job_id),
         created_ms=_ms(meta.get("creationTimestamp")) or 0,
         finished=finished,
         reason=reason,
@@ -137,6 +137,14 @@ def job_from(raw: Mapping[str, Any]) -> JobObject:
         registered=annotations.get(REGISTERED_ANNOTATION, ""),
         runner_name=annotations.get(RUNNER_ANNOTATION, ""),
     )
+
+
+def job_id_of(text: str | None) -> int | None:
+    """A Gitea job id from an annotation anyone who can edit the Job may have written: ASCII digits that
+    fit Gitea's int64, else None (`str.isdigit` also takes "²", which `int` refuses)."""
+    if not text or not text.isascii() or not text.isdigit() or len(text) > 18:
+        return None
+    return int(text)
 
 
 def pod_from(raw: Mapping[str, Any]) -> PodObject:

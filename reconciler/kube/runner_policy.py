@@ -44,7 +44,7 @@ class RunnerPolicy:
 
     def violations(self, spec: RunnerGroupSpec) -> list[str]:
         """What the spec asks that this policy does not allow, one message each ([] if nothing)."""
-        pod = (spec.pod_template or {}).get("spec") or {}
+        pod = _map(_map(spec.pod_template).get("spec"))
         out = [f"{field} ({setting})" for field, setting in self._asked(pod, dind_image=is_dind(spec.image))]
         out += [f"{field}: Secret {name} (GRS_PROTECTED_SECRETS)" for field, name in _secret_refs(pod)
                 if name in self.secret_names]  # fmt: skip
@@ -73,21 +73,21 @@ class RunnerPolicy:
                     yield f"{where}.{key}", "GRS_RUNNER_POD_ALLOW_SERVICE_ACCOUNT"
             if pod.get("automountServiceAccountToken"):
                 yield f"{where}.automountServiceAccountToken", "GRS_RUNNER_POD_ALLOW_SERVICE_ACCOUNT"
-        for i, volume in enumerate(pod.get("volumes") or []):
+        for i, volume in _maps(pod.get("volumes")):
             if "hostPath" in volume and not self.host_path:
                 yield f"{where}.volumes[{i}].hostPath", "GRS_RUNNER_POD_ALLOW_HOST_PATH"
-            sources = (volume.get("projected") or {}).get("sources") or []
+            sources = [s for _, s in _maps(_map(volume.get("projected")).get("sources"))]
             if any("serviceAccountToken" in s for s in sources) and not self.service_account:
                 yield f"{where}.volumes[{i}].projected.serviceAccountToken", "GRS_RUNNER_POD_ALLOW_SERVICE_ACCOUNT"
         if not self.privileged:
             for kind in _CONTAINER_LISTS:
-                for i, container in enumerate(pod.get(kind) or []):
+                for i, container in _maps(pod.get(kind)):
                     if dind_image and kind == "containers" and container.get("name") == "runner":
                         continue
-                    context = container.get("securityContext") or {}
+                    context = _map(container.get("securityContext"))
                     if context.get("privileged"):
                         yield f"{where}.{kind}[{i}].securityContext.privileged", "GRS_RUNNER_POD_ALLOW_PRIVILEGED"
-                    if (context.get("capabilities") or {}).get("add"):
+                    if _map(context.get("capabilities")).get("add"):
                         yield f"{where}.{kind}[{i}].securityContext.capabilities.add", "GRS_RUNNER_POD_ALLOW_PRIVILEGED"
 
 
@@ -95,23 +95,36 @@ def _secret_refs(pod: dict[str, Any]) -> Iterator[tuple[str, str]]:
     """(field path, Secret name) of every Secret the pod spec names: env, envFrom, volumes, image pulls."""
     where = "spec.podTemplate.spec"
     for kind in _CONTAINER_LISTS:
-        for i, container in enumerate(pod.get(kind) or []):
-            for j, env in enumerate(container.get("env") or []):
-                ref = (env.get("valueFrom") or {}).get("secretKeyRef") or {}
+        for i, container in _maps(pod.get(kind)):
+            for j, env in _maps(container.get("env")):
+                ref = _map(_map(env.get("valueFrom")).get("secretKeyRef"))
                 if ref.get("name"):
-                    yield f"{where}.{kind}[{i}].env[{j}]", ref["name"]
-            for j, source in enumerate(container.get("envFrom") or []):
-                if (source.get("secretRef") or {}).get("name"):
-                    yield f"{where}.{kind}[{i}].envFrom[{j}]", source["secretRef"]["name"]
-    for i, volume in enumerate(pod.get("volumes") or []):
-        if (volume.get("secret") or {}).get("secretName"):
-            yield f"{where}.volumes[{i}].secret", volume["secret"]["secretName"]
-        for source in (volume.get("projected") or {}).get("sources") or []:
-            if (source.get("secret") or {}).get("name"):
-                yield f"{where}.volumes[{i}].projected", source["secret"]["name"]
-    for i, pull in enumerate(pod.get("imagePullSecrets") or []):
+                    yield f"{where}.{kind}[{i}].env[{j}]", str(ref["name"])
+            for j, source in _maps(container.get("envFrom")):
+                if _map(source.get("secretRef")).get("name"):
+                    yield f"{where}.{kind}[{i}].envFrom[{j}]", str(source["secretRef"]["name"])
+    for i, volume in _maps(pod.get("volumes")):
+        if _map(volume.get("secret")).get("secretName"):
+            yield f"{where}.volumes[{i}].secret", str(volume["secret"]["secretName"])
+        for _, source in _maps(_map(volume.get("projected")).get("sources")):
+            if _map(source.get("secret")).get("name"):
+                yield f"{where}.volumes[{i}].projected", str(source["secret"]["name"])
+    for i, pull in _maps(pod.get("imagePullSecrets")):
         if pull.get("name"):
-            yield f"{where}.imagePullSecrets[{i}]", pull["name"]
+            yield f"{where}.imagePullSecrets[{i}]", str(pull["name"])
+
+
+def _map(value: object) -> dict[str, Any]:
+    """`value` if it is an object, else {}: the pod spec's shape is checked elsewhere (`pod_schema`);
+    this policy must not fail on a wrong one."""
+    return value if isinstance(value, dict) else {}
+
+
+def _maps(value: object) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(index, item) of the objects in `value` if it is a list, skipping anything else."""
+    for i, item in enumerate(value if isinstance(value, list) else ()):
+        if isinstance(item, dict):
+            yield i, item
 
 
 def _under(url: str, allowed: str) -> bool:

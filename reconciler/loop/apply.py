@@ -110,6 +110,7 @@ class GroupPass:
                 busy=_since(activity.busy_ms, job) is not None or self.rows.busy(job.namespace, job.runner),
                 finished_ms=job.finished_ms,
                 done_ms=_since(activity.done_ms, job),
+                disruption=next((p.disruption for p in pods if p.disruption), ""),
             )
             if asked is not None and job.finished and job.runner not in asked:
                 runner = dataclasses.replace(runner, heard=runner.phase is Phase.SUCCEEDED)

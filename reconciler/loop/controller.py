@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from reconciler.decide.instances import View, one_instance
+from reconciler.decide.instances import View
 from reconciler.decide.plan import Plan
 from reconciler.decide.state import GroupState
 from reconciler.gitea.api import GiteaClient
@@ -29,10 +29,11 @@ from reconciler.loop.apply import GroupPass
 from reconciler.loop.demand import NONE, Queues
 from reconciler.loop.errors import kind_of
 from reconciler.loop.gitea_runners import RunnerRows
+from reconciler.loop.group_views import GroupViews, contained
 from reconciler.loop.poller import Poller
 from reconciler.loop.registrations import Registrations
 from reconciler.loop.reports import Reports
-from reconciler.loop.scheduler import Scheduler, validate
+from reconciler.loop.scheduler import Scheduler
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.settings import Settings
@@ -66,14 +67,16 @@ class Controller:
         self.clock = clock
         self.wake = asyncio.Event()
         self.groups, self.jobs, self.pods = caches(kube, self.wake.set)
+        self.group_views = GroupViews(settings, metrics=metrics, groups=lambda: self.groups.items.values())
         self.rounds = 0
         self.coordination = Coordination(store.redis, prefix=store.prefix)
         self.rows = RunnerRows(gitea, kube, metrics)
-        self.group_pass = self._group_pass(Registrations(kube, registrar or registrar_of(gitea)), egress)
+        self.group_pass = self._group_pass(
+            Registrations(kube, registrar or registrar_of(gitea, timeout=settings.register_timeout)), egress
+        )
         self.scheduler = self._scheduler()
         self.state = self.scheduler.state
         self.poller = self._poller(gitea)
-        self._specs: dict[str, tuple[int, RunnerGroupSpec | None, str]] = {}
         self._group_of_runner: dict[str, tuple[str, str]] = {}  # runner name in Gitea -> (namespace, group)
         self.queues = Queues(store, settings.instances)
         self._background: set[asyncio.Task[None]] = set()
@@ -119,6 +122,7 @@ class Controller:
             state_of=self.scheduler.state_of,
             wake=self.wake.set,
             jobs=lambda: self.jobs.items,
+            metrics=self.metrics,
         )
 
     def state_of(self, group: GroupObject) -> GroupState:
@@ -140,6 +144,7 @@ class Controller:
             workers.append(asyncio.create_task(self._after_sync(self.poller.poll_forever), name="poll"))
         if self.settings.ghost_sweep_interval:
             workers.append(asyncio.create_task(self._after_sync(self.poller.sweep_forever), name="ghost-sweep"))
+        workers.append(asyncio.create_task(self.group_views.read_schema(self.kube, self.wake.set), name="pod-schema"))
         workers.append(asyncio.create_task(self._after_sync(self._reconcile_forever), name="reconcile"))
         await run_together(workers, what="controller", also=self._passes_and_background)
 
@@ -152,6 +157,7 @@ class Controller:
         await work()
 
     async def _reconcile_forever(self) -> None:
+        await self.group_views.schema_tried.wait()
         log.info("caches synced; reconciling")
         while True:
             await self.wake.wait()
@@ -202,20 +208,8 @@ class Controller:
 
     # -- one round --------------------------------------------------------------------------------
     def views(self) -> list[View[GroupObject]]:
-        """Every group with its validated spec (once per generation: the API server bumps it on every spec
-        change), or None and why; a second Gitea instance's groups are refused every round (`instances`)."""
-        out: list[View[GroupObject]] = []
-        seen: set[str] = set()
-        for group in self.groups.items.values():
-            seen.add(group.uid)
-            cached = self._specs.get(group.uid)
-            if cached is None or cached[0] != group.generation:
-                cached = (group.generation, *validate(group.spec, self.settings.runner_policy))
-                self._specs[group.uid] = cached
-            out.append((group, cached[1], cached[2]))
-        for uid in set(self._specs) - seen:
-            del self._specs[uid]
-        return one_instance(out, default=self.settings.default_gitea, named=self.settings.instances)
+        """Every group with its validated spec, or None and why (see `group_views`)."""
+        return self.group_views()
 
     def index(self) -> None:
         """Runner Jobs by group and Pods by Job, once per round, so a round is linear in groups + Jobs."""
@@ -240,7 +234,10 @@ class Controller:
         demand = await self.queues.read(valid)
         self.metrics.queue_wide(unmatched=self.queues.unmatched, held=self.queues.held)
         for group, spec, problem in views:
-            self.scheduler.start(group, spec, problem, demand.get((group.namespace, group.name), NONE))
+            try:
+                self.scheduler.start(group, spec, problem, demand.get((group.namespace, group.name), NONE))
+            except Exception as exc:  # what one group brings never stops the round of the others
+                contained(self.metrics, group, "round", exc)
         await self._observe()
         self._forget({(g.namespace, g.name) for g, _, _ in views})
         self.metrics.pass_seconds.observe(time.perf_counter() - started)

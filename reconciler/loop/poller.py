@@ -14,6 +14,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
+from reconciler.decide.gitea_health import poll_failed
 from reconciler.decide.instances import instance_of
 from reconciler.decide.state import GroupState
 from reconciler.decide.status import Condition, timestamp
@@ -23,6 +24,8 @@ from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.loop import gitea_ghosts
 from reconciler.loop.gitea_runners import RunnerRows
 from reconciler.loop.gitea_scopes import scope_of
+from reconciler.loop.group_views import contained
+from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.settings import Settings
 from webhook_scaler.store.jobs.model import ALL, JobUpdate, Scope
@@ -49,6 +52,7 @@ class Poller:
         state_of: Callable[[GroupObject], GroupState],
         wake: Callable[[], None],
         jobs: Callable[[], Mapping[tuple[str, str], JobObject]],
+        metrics: Metrics,
     ) -> None:
         self.settings = settings
         self.kube = kube
@@ -59,6 +63,7 @@ class Poller:
         self.views = views
         self.state_of = state_of
         self.wake = wake
+        self.metrics = metrics
         self.jobs = jobs  # the runner Jobs cache now, by (namespace, name): a cache replaces its map on relist
 
     async def poll_forever(self) -> None:
@@ -101,6 +106,10 @@ class Poller:
             except (PermanentError, TransientError) as exc:
                 self.state_of(group).gitea = Condition("GiteaReachable", "False", "AuthTokenUnavailable", str(exc))
                 continue
+            except Exception as exc:  # one group's token or spec never stops the poll of the others
+                message = contained(self.metrics, group, "poll", exc)
+                self.state_of(group).gitea = Condition("GiteaReachable", "Unknown", "PollFailed", message)
+                continue
             scopes.setdefault(scope, []).append(group)
         return scopes
 
@@ -114,14 +123,14 @@ class Poller:
                 ALL if scope.kind == "global" else Scope("repo" if scope.kind == "repo" else "owner", scope.target)
             )
             added, dropped = await store.sync_polled(
-                redis_scope, updates, polled_since_ms=started_ms, complete=listing.complete
+                redis_scope, updates, polled_since_ms=started_ms, complete=listing.complete, repos=listing.repos
             )
             condition = Condition("GiteaReachable", "True", "PollSucceeded", f"{len(updates)} queued or running job(s)")
             failure: float | None = None
             if added or dropped:
                 log.info("poll healed redis", extra={"scope": repr(scope), "added": added, "dropped": dropped})
         except GiteaError as exc:
-            condition = Condition("GiteaReachable", "False", "PollFailed", str(exc))
+            condition = await self._failed(scope, exc)
             failure = exc.retry_after
             log.warning("poll failed", extra={"scope": repr(scope), "error": str(exc), "status": exc.status})
         except Exception as exc:  # e.g. Redis failing: the poll told nothing, and the group must say so
@@ -134,6 +143,18 @@ class Poller:
             state.gitea = condition
             state.last_poll = checked
         return failure
+
+    async def _failed(self, scope: PollScope, exc: GiteaError) -> Condition:
+        """Why the poll of `scope` failed, in the user's terms (`gitea_health`): after a 404, Gitea's
+        version tells an old Gitea from a scope it does not have."""
+        version = None
+        if exc.status == 404:
+            try:
+                version = await self.gitea.version(scope)
+            except GiteaError:
+                version = None
+        where = f"{scope.kind} {scope.target}".strip()
+        return poll_failed(status=exc.status, error=str(exc), where=where, version=version)
 
     async def sweep_forever(self) -> None:
         """Sweep every `ghost_sweep_interval`."""

@@ -17,18 +17,16 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ValidationError
-
 from reconciler.decide.plan import Counts
 from reconciler.decide.state import GroupState
-from reconciler.decide.status import desired_status, pass_fields
+from reconciler.decide.status import desired_status, failing, pass_fields
 from reconciler.kube.api import Kube
 from reconciler.kube.objects import GroupObject
-from reconciler.kube.runner_policy import RunnerPolicy
 from reconciler.loop import drain
 from reconciler.loop.apply import GroupPass
 from reconciler.loop.demand import GroupDemand
 from reconciler.loop.errors import kind_of
+from reconciler.loop.group_views import validate
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.settings import Settings
@@ -36,6 +34,7 @@ from webhook_scaler.store.jobs.model import QueuedJob
 from webhook_scaler.store.seats.coordination import Coordination
 
 log = logging.getLogger(__name__)
+FAILING_AFTER = 4  # transient failures in a row (their backoff reaching 4 x retry_initial) before the status says so
 
 
 class Scheduler:
@@ -169,7 +168,7 @@ class Scheduler:
                 else:
                     state.again = True  # another replica has it right now; look again shortly
                     await asyncio.sleep(0.05 + random.random() * 0.1)
-            state.backoff = 0.0
+            state.backoff, state.failing = 0.0, ""
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -190,6 +189,9 @@ class Scheduler:
             state.retry_at = time.monotonic() + state.backoff
             log.warning("group pass failed; retrying", extra=extra)
             asyncio.get_running_loop().call_later(state.backoff, self.wake)
+            if state.backoff >= FAILING_AFTER * self.settings.retry_initial and not state.failing:
+                state.failing = f"{type(exc).__name__}: {state.last_error}"
+                self.keep(asyncio.create_task(self._report_failing(group, state)))
             return
         log.error("group pass failed; stopped until the group changes", extra=extra)
         state.stopped = (_version(group), state.last_error)
@@ -202,6 +204,16 @@ class Scheduler:
             await self.kube.event(group.ref, kind="Warning", reason="ReconcileError", message=state.last_error)
         except Exception as exc:  # reporting is best effort; the log has it
             log.warning("reporting a stop failed", extra={"error": repr(exc)})
+
+    async def _report_failing(self, group: GroupObject, state: GroupState) -> None:
+        """Say in the group's status that its passes keep failing; the next pass that succeeds says the rest."""
+        now = datetime.fromtimestamp(self.clock(), UTC)
+        try:
+            await self.kube.patch_status(
+                group.ref, failing(group.status, state.failing, now=now, generation=group.generation)
+            )
+        except Exception as exc:  # reporting is best effort; the log and grs_reconcile_errors have it
+            log.warning("reporting failing passes failed", extra={"error": repr(exc)})
 
     async def _invalid(self, group: GroupObject, problem: str, state: GroupState) -> None:
         if group.deleting:  # nothing of an invalid group can be asked about: garbage collection takes it
@@ -228,17 +240,3 @@ def _version(group: GroupObject) -> tuple[int, str]:
 
 def _spec(group: GroupObject) -> RunnerGroupSpec | None:
     return validate(group.spec)[0]
-
-
-def validate(spec: Mapping[str, Any], policy: RunnerPolicy | None = None) -> tuple[RunnerGroupSpec | None, str]:
-    """A spec validated (and held to the runner Pod `policy`), or None and what is wrong with it."""
-    try:
-        valid = RunnerGroupSpec.model_validate(dict(spec))
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
-            for e in exc.errors(include_input=False)
-        )
-        return None, problems
-    refused = policy.violations(valid) if policy else []
-    return (None, "; ".join(refused)) if refused else (valid, "")

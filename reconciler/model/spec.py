@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 DEFAULT_IMAGE = "docker.io/gitea/act_runner:0.2.13-dind-rootless"
 DEFAULT_DIND_IMAGE = "docker.io/library/docker:28-dind"
@@ -24,6 +25,9 @@ REPO_MESSAGE = "spec.repo is owner/name, or a bare name with spec.org or spec.us
 FLAT_REF_MESSAGE = "give secretRef {name, key}, or name and key alone as gitea-runner-operator did"
 OPTIONAL_REF_MESSAGE = "a token's Secret cannot be optional: remove optional"
 DIND_ARGS_MESSAGE = "spec.dindArgs needs containerMode dind, and cannot set --host (the controller owns the sockets)"
+
+# A Gitea base URL: scheme, a host (name, IPv4, or [IPv6]) without user or password, a port, a path.
+GITEA_URL_PATTERN = r"^https?://([^\s/:@\[\]?#]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[^\s?#]*)?$"
 
 # One dockerd flag, `--name` or `--name=value` (e.g. --registry-mirror=https://mirror.example.com).
 DockerdArg = Annotated[str, StringConstraints(pattern=r"^--[a-z][a-z0-9-]*(=.*)?$", max_length=1024)]
@@ -78,9 +82,23 @@ class GiteaSpec(_Spec):
     """The Gitea instance."""
 
     url: str = Field(
-        pattern=r"^https?://[^\s/]+(/.*)?$",
-        description="Base URL of the Gitea instance, as runners reach it (e.g. https://gitea.example.com).",
+        pattern=GITEA_URL_PATTERN,
+        description=(
+            "Base URL of the Gitea instance, as runners reach it (e.g. https://gitea.example.com): a host name or"
+            " address, an optional port, an optional path; no user or password."
+        ),
     )
+
+    @field_validator("url")
+    @classmethod
+    def _port(cls, url: str) -> str:
+        try:
+            port = urlsplit(url).port  # the pattern admits 5 digits; this refuses what no socket takes
+        except ValueError:
+            port = 0
+        if port is not None and not 1 <= port <= 65535:
+            raise ValueError(f"not a URL with a valid port (1-65535): {url}")
+        return url
 
 
 class RunnerGroupSpec(_Spec):
