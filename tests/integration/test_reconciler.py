@@ -31,6 +31,7 @@ from reconciler.kube.egress import DIRECT, Egress
 from reconciler.kube.informers import Informer
 from reconciler.kube.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, GroupRef, build_job
 from reconciler.kube.objects import job_from
+from reconciler.kube.openapi import pod_schema, shipped_pod_schema
 from reconciler.kube.runner_cache import RunnerCache
 from reconciler.loop.controller import Controller
 from reconciler.metrics import Metrics
@@ -49,6 +50,7 @@ pytestmark = pytest.mark.kube
 API_TOKEN = "gitea-api-token-value"
 REG_TOKEN = "registration-token-value-0123456789abcdef"
 RG = "/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups"
+DEFAULT_GITEA = spec_dict()["gitea"]["url"]  # the groups' Gitea, the default instance (GRS_GITEA_URL)
 
 
 def namespace(kube: KubeCluster) -> str:
@@ -60,6 +62,11 @@ def namespace(kube: KubeCluster) -> str:
     }
     assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", secret)[0] == 201
     return ns
+
+
+def _url(server: TestServer) -> str:
+    """A fake Gitea's URL as its groups name it."""
+    return str(server.make_url("")).rstrip("/")
 
 
 def group(name: str, **spec: Any) -> dict[str, Any]:
@@ -83,6 +90,12 @@ def group_status(kube: KubeCluster, ns: str, name: str) -> dict[str, Any]:
     status: dict[str, Any] = dict(body.get("status") or {})
     status["conditions"] = {c["type"]: c for c in status.get("conditions") or []}
     return status
+
+
+def condition(kube: KubeCluster, ns: str, name: str, kind: str) -> dict[str, Any] | None:
+    """A RunnerGroup's condition of that type, if it has one."""
+    found: dict[str, Any] | None = group_status(kube, ns, name)["conditions"].get(kind)
+    return found
 
 
 def events(kube: KubeCluster, ns: str, reason: str) -> list[dict[str, Any]]:
@@ -128,12 +141,21 @@ def _stacks() -> str:
     return out.getvalue()
 
 
+def group_faults(controller: Controller) -> dict[tuple[str, str], float]:
+    """The exceptions groups' objects raised that the controller kept to them (`grs_group_faults`)."""
+    samples = [s for metric in controller.metrics.group_faults.collect() for s in metric.samples]
+    return {(s.labels["group"], s.labels["stage"]): s.value for s in samples if s.name.endswith("_total") and s.value}
+
+
 @contextlib.asynccontextmanager
 async def running_controller(
     kubeconfig: Path, redis_url: str, ns: str, *, egress: Egress = DIRECT, **kw: Any
 ) -> AsyncIterator[Controller]:
     registrar = kw.pop("registrar", None) or FakeRegistrar(tokens={REG_TOKEN})
-    options: dict[str, Any] = {"poll_enabled": False, "resync_interval": 2, "listen_port": 0} | kw
+    faults_expected = kw.pop("faults_expected", False)
+    # The groups' Gitea unless a test names its own (spec_dict's; the admin's choice: GRS_GITEA_URL).
+    defaults = {"poll_enabled": False, "resync_interval": 2, "listen_port": 0, "gitea_url": DEFAULT_GITEA}
+    options: dict[str, Any] = defaults | kw
     settings = Settings(kubeconfig=str(kubeconfig), redis_url=redis_url, watch_namespace=ns, **options)
     api = await api_client(settings.kubeconfig)
     redis = Redis.from_url(redis_url)
@@ -151,11 +173,17 @@ async def running_controller(
         try:
             yield controller
         finally:
+            ended = task.done()  # before it was cancelled: it crashed (or returned, a bug as well)
             task.cancel()
             done, _ = await asyncio.wait({task}, timeout=30)
             assert done, "the controller did not stop within 30 s of being cancelled:\n" + _stacks()
             started = [s.task for s in controller.state.values() if s.task is not None]
             assert all(t.done() for t in started), "a group pass outlived the controller"
+            if ended:
+                task.result()  # raises what the controller raised
+                raise AssertionError("the controller returned during the test")
+            faults = group_faults(controller)
+            assert faults_expected or not faults, f"a group's objects raised (a bug; see the log): {faults}"
     await api.close()
     await redis.aclose()
 
@@ -447,6 +475,60 @@ async def test_spec_the_schema_allows_but_the_controller_refuses_is_reported(
     assert "duration" in warned[0]["message"]
 
 
+async def test_the_shipped_pod_schema_is_the_api_servers_own(kube: KubeCluster) -> None:
+    api = await api_client(str(kube.kubeconfig))
+    try:
+        served = await pod_schema(Kube(api))
+    finally:
+        await api.close()
+    assert served == shipped_pod_schema(), (
+        "the API server serves another PodTemplateSpec schema: run python -m reconciler.kube.openapi KUBECONFIG"
+        " > reconciler/kube/pod_template_schema.json"
+    )
+
+
+# Shapes of other tools' habits that the CRD admits (podTemplate is open), and what the group then says.
+MALFORMED = {
+    "compose-env": (
+        {"spec": {"containers": [{"name": "runner", "env": ["FOO=bar"]}]}},
+        "spec.podTemplate.spec.containers[0].env[0]: expected an object, got a string 'FOO=bar'",
+    ),
+    "pull-names": (
+        {"spec": {"imagePullSecrets": ["regcred"]}},
+        "spec.podTemplate.spec.imagePullSecrets[0]: expected an object, got a string 'regcred'",
+    ),
+    "null-env-from": (
+        {"spec": {"containers": [{"name": "runner", "envFrom": [None]}]}},
+        "spec.podTemplate.spec.containers[0].envFrom[0]: expected a value, got null",
+    ),
+    "typo": (
+        {"spec": {"containers": [{"name": "runner", "evn": [{"name": "A", "value": "1"}]}]}},
+        "spec.podTemplate.spec.containers[0]: unknown field 'evn' (did you mean 'env'?)",
+    ),
+}
+
+
+async def test_malformed_groups_cost_only_themselves_and_say_which_field_within_one_pass(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    """Issue 34: one group with a typo used to stop every group of the install (the policy raised on the
+    shape, inside the round). Now each says what is wrong, and a group of another team is served."""
+    good, bad = namespace(kube), namespace(kube)
+    create_group(kube, good, "builders")
+    for name, (template, _) in MALFORMED.items():
+        create_group(kube, bad, name, podTemplate=template)
+    await queue(redis, 41, labels=["k8s"])
+    async with running_controller(kube.kubeconfig, redis_server.url, f"{good},{bad}") as controller:
+        (job,) = await eventually(lambda: runner_jobs(kube, good))
+        for name, (_, message) in MALFORMED.items():
+            ready = await eventually(functools.partial(condition, kube, bad, name, "Ready"))
+            assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec"), ready
+            assert message in ready["message"], ready["message"]
+        assert controller.group_views.schema_from_server  # the API server's own schema judged them
+    assert job["metadata"]["annotations"][JOB_ID_ANNOTATION] == "41"
+    assert runner_jobs(kube, bad) == []
+
+
 async def test_a_group_asking_its_runners_for_the_hosts_pid_namespace_is_refused_unless_the_policy_allows(
     kube: KubeCluster, redis_server: RedisServer, redis: Redis
 ) -> None:
@@ -468,23 +550,25 @@ async def test_a_group_asking_its_runners_for_the_hosts_pid_namespace_is_refused
     assert job["spec"]["template"]["spec"]["hostPID"] is True
 
 
-async def test_a_group_of_a_second_gitea_instance_is_refused_and_the_first_instance_is_served(
+async def test_a_group_of_another_gitea_is_refused_however_old_and_the_admins_default_instance_is_served(
     kube: KubeCluster, redis_server: RedisServer, redis: Redis
 ) -> None:
-    """Job ids are per instance and Redis keys them by id: the younger group, naming another Gitea, is
-    refused with what to do instead, and starts nothing; the oldest group's instance is served."""
+    """Job ids are per instance and Redis keys them by id: the default instance is the admin's
+    (GRS_GITEA_URL), so the oldest group, naming another Gitea, is refused with what to do instead and
+    starts nothing; the younger group of the default instance is served."""
     ns = namespace(kube)
-    create_group(kube, ns, "a-first", defaultLabels=[])  # created first; its name also wins a tie
-    create_group(kube, ns, "b-second", defaultLabels=[], gitea={"url": "https://other-gitea.example:3000"})
+    create_group(kube, ns, "a-first", defaultLabels=[], gitea={"url": "https://other-gitea.example:3000"})
+    create_group(kube, ns, "b-second", defaultLabels=[])  # created later; its name also loses a tie
     await queue(redis, 51, labels=["k8s"])
     async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
-        cond = await eventually(lambda: group_status(kube, ns, "b-second").get("conditions", {}).get("Ready"))
+        cond = await eventually(lambda: group_status(kube, ns, "a-first").get("conditions", {}).get("Ready"))
         (job,) = await eventually(lambda: runner_jobs(kube, ns))
         await passes(controller)
     assert (cond["status"], cond["reason"]) == ("False", "InvalidSpec"), cond
-    assert "https://other-gitea.example:3000 is a second Gitea instance" in cond["message"], cond
-    assert f"(RunnerGroup {ns}/a-first, the oldest)" in cond["message"] and "GRS_GITEA_INSTANCES" in cond["message"]
-    assert job["metadata"]["labels"][GROUP_LABEL] == "a-first"
+    assert "https://other-gitea.example:3000 is not a Gitea instance this install serves" in cond["message"], cond
+    assert f"its default instance is {DEFAULT_GITEA} (GRS_GITEA_URL" in cond["message"], cond
+    assert "GRS_GITEA_INSTANCES" in cond["message"]
+    assert job["metadata"]["labels"][GROUP_LABEL] == "b-second"
     assert [j["metadata"]["name"] for j in runner_jobs(kube, ns)] == [job["metadata"]["name"]]
 
 
@@ -505,6 +589,7 @@ async def test_two_gitea_instances_jobs_with_one_id_each_get_their_runner_and_no
     for store in (JobStore(redis), JobStore(redis).of("second")):
         await store.record(update)
     options: dict[str, Any] = {"poll_enabled": True, "poll_interval": 3600, "gitea_instances": f"second={urls[1]}"}
+    options["gitea_url"] = urls[0]
     async with running_controller(kube.kubeconfig, redis_server.url, ns, **options) as controller:
         jobs = await eventually(lambda: (lambda js: js if len(js) == 3 else None)(runner_jobs(kube, ns)))
         for _ in range(2):  # a job is gone after two complete listings miss it
@@ -620,7 +705,7 @@ async def test_stuck_pending_runner_is_reaped_and_retried(
     create_group(kube, ns, "slow", pendingTimeout="2s", labels=[], defaultLabels=[], gitea={"url": url})
     await queue(redis, 77, labels=[])
     fake.fail_with = 503  # while Gitea cannot say the runner took no job, it stays, and gets no second
-    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, gitea_url=url) as controller:
         first = (await eventually(lambda: runner_jobs(kube, ns)))[0]["metadata"]["name"]
         # No kubelet here: the Job never gets a running Pod, so it is Pending past the timeout.
         kept = controller.metrics.runners_kept.labels(group=f"{ns}/slow", reason="unconfirmed")
@@ -711,6 +796,7 @@ async def test_a_group_naming_the_installs_own_secrets_is_refused_and_its_gitea_
     create_group(kube, ns, "runner", gitea={"url": url}, registrationToken=hook, labels=["b"], defaultLabels=[])
     await queue(redis, 61, labels=["b"])
     options: dict[str, Any] = {"poll_enabled": True, "poll_interval": 1, "protected_secrets": f"{ns}/hook"}
+    options["gitea_url"] = url  # refused for its Secrets, not for its Gitea
     async with running_controller(kube.kubeconfig, redis_server.url, ns, **options) as controller:
         polled = await eventually(
             lambda: (
@@ -747,7 +833,7 @@ async def test_polling_fallback_starts_runners_no_webhook_reported(
     fake.add_job(501, repo="acme/widgets", labels=[])
     fake.add_job(502, repo="acme/widgets", labels=[], status="waiting")  # blocked: never demand
     async with running_controller(
-        kube.kubeconfig, redis_server.url, ns, poll_enabled=True, poll_interval=1
+        kube.kubeconfig, redis_server.url, ns, poll_enabled=True, poll_interval=1, gitea_url=url
     ) as controller:
         jobs = await eventually(lambda: runner_jobs(kube, ns))
         assert [j["metadata"]["annotations"][JOB_ID_ANNOTATION] for j in jobs] == ["501"]
@@ -771,6 +857,34 @@ async def test_polling_fallback_starts_runners_no_webhook_reported(
     assert [j.job_id for j in await JobStore(redis).queued()] == [501]
 
 
+async def test_ready_says_why_a_job_of_the_group_cannot_get_a_runner_token_refused_gitea_too_old(
+    kube: KubeCluster, redis_server: RedisServer, aiohttp_server: MakeServer
+) -> None:
+    """Issue 34: `Ready` said True while Gitea refused the token or was too old for the poll."""
+    fake = FakeGitea(token=API_TOKEN)
+    server = await aiohttp_server(fake.app())
+    url = _url(server)
+    ns = namespace(kube)
+    wrong = {"metadata": {"name": "revoked"}, "stringData": {"api": "a-revoked-token"}}
+    assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", wrong)[0] == 201
+    create_group(kube, ns, "revoked", gitea={"url": url}, authToken={"secretRef": {"name": "revoked", "key": "api"}})
+    create_group(kube, ns, "fine", gitea={"url": url})
+    settings = {"poll_enabled": True, "poll_interval": 1, "gitea_url": url}
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, **settings):
+
+        def ready(name: str, reason: str) -> Any:
+            cond = condition(kube, ns, name, "Ready") or {}
+            return cond.get("reason") == reason and cond
+
+        refused = await eventually(lambda: ready("revoked", "TokenRefused"))
+        assert refused["status"] == "False" and "refused the group's API token for org acme" in refused["message"]
+        assert "a-revoked-token" not in str(group_status(kube, ns, "revoked"))
+        assert (await eventually(lambda: ready("fine", "Reconciled")))["status"] == "True"
+        fake.version = "1.24.6"  # the jobs API answers 404 from now on
+        old = await eventually(lambda: ready("fine", "GiteaTooOld"))
+        assert old["status"] == "False" and "needs Gitea 1.25 or newer; this one is 1.24.6" in old["message"]
+
+
 async def test_a_queued_webhook_doubted_as_a_replay_gets_a_runner_only_once_the_poll_lists_the_job(
     kube: KubeCluster, redis_server: RedisServer, redis: Redis, aiohttp_server: MakeServer
 ) -> None:
@@ -786,7 +900,7 @@ async def test_a_queued_webhook_doubted_as_a_replay_gets_a_runner_only_once_the_
         update = JobUpdate.from_payload(model("queued", job_id=job_id, labels=[]))
         await JobStore(redis).record(dataclasses.replace(update, aged=True))
     async with running_controller(
-        kube.kubeconfig, redis_server.url, ns, poll_enabled=True, poll_interval=1
+        kube.kubeconfig, redis_server.url, ns, poll_enabled=True, poll_interval=1, gitea_url=_url(server)
     ) as controller:
         await eventually(lambda: runner_jobs(kube, ns))
         await eventually(lambda: _state_is(redis, 601, b"gone"))
@@ -818,7 +932,8 @@ async def test_with_the_poll_failing_a_doubted_job_gets_its_runner(
     create_group(kube, ns, "unpolled", gitea={"url": str(server.make_url("")).rstrip("/")}, labels=[], defaultLabels=[])
     update = JobUpdate.from_payload(model("queued", job_id=604, labels=[]))
     await JobStore(redis).record(dataclasses.replace(update, aged=True))
-    async with running_controller(kube.kubeconfig, redis_server.url, ns, poll_enabled=True, poll_interval=1):
+    options: dict[str, Any] = {"poll_enabled": True, "poll_interval": 1, "gitea_url": _url(server)}
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, **options):
         jobs = await eventually(lambda: runner_jobs(kube, ns))
     assert [j["metadata"]["annotations"][JOB_ID_ANNOTATION] for j in jobs] == ["604"]
     assert group_status(kube, ns, "unpolled")["conditions"]["GiteaReachable"]["reason"] == "PollFailed"
@@ -852,7 +967,7 @@ async def test_the_ghost_sweep_spares_the_row_of_a_runner_whose_job_the_cache_ho
     ns = namespace(kube)
     create_group(kube, ns, "swept", gitea={"url": str(server.make_url("")).rstrip("/")}, labels=[], defaultLabels=[])
     await queue(redis, 61, labels=[])
-    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, gitea_url=_url(server)) as controller:
         (job,) = await eventually(lambda: runner_jobs(kube, ns))
         name = job["metadata"]["name"]
         await eventually(lambda: any(j.name == name for j in controller.jobs.items.values()))
@@ -987,7 +1102,7 @@ async def test_a_deleted_runner_holds_its_seat_until_its_pod_is_gone(
     spec = {"pendingTimeout": "2s", "labels": [], "defaultLabels": [], "gitea": {"url": url}, "maxActiveRunners": 1}
     body = create_group(kube, ns, "one", **spec)
     await queue(redis, 81, labels=[])
-    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, gitea_url=url) as controller:
         (job,) = await eventually(lambda: runner_jobs(kube, ns))
         first = job["metadata"]["name"]
         # No kubelet here: the runner's Pod, as the Job controller would make it, stays Pending.
@@ -1060,7 +1175,9 @@ async def test_a_runner_of_the_gitea_a_group_moved_from_goes_with_its_row_there(
         minIdleRunners=1,
         gitea={"url": old_url},
     )
-    async with running_controller(kube.kubeconfig, redis_server.url, ns):
+    # A move to another Gitea: the admin names it (GRS_GITEA_INSTANCES), else the group would be refused.
+    options: dict[str, Any] = {"gitea_url": old_url, "gitea_instances": f"new={new_url}"}
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, **options):
         (job,) = await eventually(lambda: runner_jobs(kube, ns))
         warm = job["metadata"]["name"]
         row = old.add_runner(runner_of(job), scope=("repo", repo))
@@ -1087,7 +1204,7 @@ async def test_a_deleted_group_drains_busy_runners_finish_idle_ones_go_then_the_
     path = RG.format(ns=ns) + "/leaving"
     await queue(redis, 101, labels=[])
     await queue(redis, 102, labels=[])
-    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, gitea_url=url) as controller:
         names = await eventually(
             lambda: len(n := sorted(j["metadata"]["name"] for j in runner_jobs(kube, ns))) == 2 and n
         )
@@ -1124,7 +1241,7 @@ async def test_the_finalizer_goes_beside_and_leaves_without_another_controllers(
     body["metadata"]["finalizers"] = ["example.com/other"]
     assert api_request(kube, "POST", RG.format(ns=ns), body)[0] == 201
     path = RG.format(ns=ns) + "/shared"
-    async with running_controller(kube.kubeconfig, redis_server.url, ns):
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, gitea_url=_url(server)):
         both = ["example.com/other", "gitea.bpg.pw/runners"]
         await eventually(lambda: api_request(kube, "GET", path)[1]["metadata"].get("finalizers") == both)
         assert api_request(kube, "DELETE", path)[0] == 200
@@ -1256,7 +1373,7 @@ async def test_a_busy_runner_cannot_be_evicted_an_idle_one_can(
     create_group(kube, ns, "drained", scope="repo", repo=repo, labels=[], defaultLabels=[], gitea={"url": url})
     await queue(redis, 111, labels=[], repo=repo)
     await queue(redis, 112, labels=[], repo=repo)
-    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, gitea_url=url) as controller:
         two = await eventually(lambda: len(runner_jobs(kube, ns)) == 2 and runner_jobs(kube, ns))
         jobs = sorted(two, key=lambda j: j["metadata"]["name"])
         assert len(jobs) == 2
