@@ -1260,7 +1260,9 @@ async def test_a_group_deleted_with_its_token_secret_goes(
     fake = FakeGitea(token=API_TOKEN)
     url = str((await aiohttp_server(fake.app())).make_url("")).rstrip("/")
     ns = namespace(kube)
-    create_group(kube, ns, "gitops", labels=[], defaultLabels=[], minIdleRunners=1, gitea={"url": url})
+    repo = f"acme/{ns}"  # no job another test left queued is this group's
+    spec: dict[str, Any] = {"scope": "repo", "repo": repo, "labels": [], "defaultLabels": [], "minIdleRunners": 1}
+    create_group(kube, ns, "gitops", gitea={"url": url}, **spec)
     path = RG.format(ns=ns) + "/gitops"
 
     def delete_both() -> None:
@@ -1269,7 +1271,7 @@ async def test_a_group_deleted_with_its_token_secret_goes(
 
     async with running_controller(kube.kubeconfig, redis_server.url, ns, gitea_url=url) as controller:
         (job,) = await eventually(lambda: runner_jobs(kube, ns))
-        row = fake.add_runner(runner_of(job))
+        row = fake.add_runner(runner_of(job), scope=("repo", repo))
         await eventually(
             lambda: "gitea.bpg.pw/runners" in (api_request(kube, "GET", path)[1]["metadata"].get("finalizers") or [])
         )
@@ -1288,7 +1290,7 @@ async def test_a_group_deleted_with_its_token_secret_goes(
         assert fake.deleted == [] and row in fake.runners, "Gitea was not asked: the row stays"
     else:
         assert abandoned == [] and fake.deleted == [row], "asked in Gitea: its row went with it"
-        assert fake.requests["org_runner_disable"] == 1
+        assert fake.requests["repo_runner_disable"] == 1
 
 
 def _running_pod(kube: KubeCluster, ns: str, job: dict[str, Any]) -> str:
