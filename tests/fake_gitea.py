@@ -27,6 +27,7 @@ from typing import Any, cast
 import jsonschema
 from aiohttp import web
 
+from reconciler.gitea.api import GiteaError, PollScope
 from reconciler.gitea.register import Registrar, Registration, RegistrationRefused
 from tests.redis_server import free_port
 
@@ -109,6 +110,7 @@ class FakeGitea:
         self.deleted: list[int] = []
         self.fail_with: int | None = None
         self.register_held: asyncio.Event | None = None  # a Register answers once it is set (a Gitea kept busy)
+        self.orgs: list[str] = ["acme"]  # the orgs the API token's user is in
         self.private: set[str] = set()  # repositories (owner/name) the API token cannot see: unlisted, their jobs 404
         template = json.loads((DATA / "api-examples" / "repo-actions-jobs.status-queued.v1.25.json").read_text())
         self._job_template = template["jobs"][0]
@@ -164,6 +166,7 @@ class FakeGitea:
         app.router.add_get("/api/v1/orgs/{org}/actions/jobs", self._org_jobs)
         app.router.add_get("/api/v1/admin/actions/jobs", self._admin_jobs)
         app.router.add_get("/api/v1/users/{username}/repos", self._user_repos)
+        app.router.add_get("/api/v1/user/orgs", self._user_orgs)
         app.router.add_post("/api/actions/runner.v1.RunnerService/Register", self._register)
         app.router.add_get("/api/v1/version", self._version)
         for prefix, kind in (
@@ -173,6 +176,9 @@ class FakeGitea:
             ("/admin", "global"),
         ):
             app.router.add_get(f"/api/v1{prefix}/actions/runners", self._list_runners(prefix, kind))
+            app.router.add_get(f"/api/v1{prefix}/actions/runners/{{runner_id}}", self._get_runner(prefix, kind))
+            token_path = f"/api/v1{prefix}/actions/runners/registration-token"
+            app.router.add_post(token_path, self._registration_token(prefix, kind))
             app.router.add_delete(f"/api/v1{prefix}/actions/runners/{{runner_id}}", self._delete_runner(prefix, kind))
             app.router.add_patch(f"/api/v1{prefix}/actions/runners/{{runner_id}}", self._patch_runner(prefix, kind))
         return app
@@ -203,6 +209,42 @@ class FakeGitea:
             body = {"runners": self._page(request, rows), "total_count": len(rows)}
             self._valid(self.validator.response, f"{prefix}/actions/runners", body)
             return self._answer(f"{kind}_runners", body)
+
+        return handle
+
+    def _get_runner(self, prefix: str, kind: str) -> Any:
+        async def handle(request: web.Request) -> web.Response:
+            denied = self._auth(request, f"{kind}_runner")
+            if denied:
+                return denied
+            path = f"{prefix}/actions/runners/{{runner_id}}"
+            row = self.runners.get(int(request.match_info["runner_id"]))
+            if row is None or not self._editable(row, request, kind):  # Gitea's GetRunner: its own scope only
+                self._valid(self._documented, "GET", path, 404)
+                return web.json_response({"message": "runner not found"}, status=404)
+            body = {k: v for k, v in row.items() if k != "_scope"}
+            self._valid(self.validator_126.response, path, body)
+            return self._answer(f"{kind}_runner", body)
+
+        return handle
+
+    def _registration_token(self, prefix: str, kind: str) -> Any:
+        """The scope's registration token (Gitea's `GetRegistrationToken`: the latest one, made if there is
+        none; never rotated by the call). Gitea answers it in the body, `{"token": …}`: the spec documents a
+        header, wrongly (tests/data/gitea/README.md), so only the path, method and status are checked."""
+
+        async def handle(request: web.Request) -> web.Response:
+            denied = self._auth(request, f"{kind}_registration_token")
+            if denied:
+                return denied
+            path = f"{prefix}/actions/runners/registration-token"
+            self._valid(self._documented, "POST", path, 200)  # 1.26 kept POST alone (1.24+ have it)
+            scope = self._scope_of(request, kind)
+            token = next((t for t, s in self.registration_tokens.items() if s == scope), None)
+            if token is None:
+                token = secrets.token_hex(20)
+                self.registration_tokens[token] = scope
+            return self._answer(f"{kind}_registration_token", {"token": token})
 
         return handle
 
@@ -364,15 +406,44 @@ class FakeGitea:
         self._valid(self.validator.response, "/users/{username}/repos", body)
         return self._answer("user_repos", body)
 
+    async def _user_orgs(self, request: web.Request) -> web.Response:
+        denied = self._auth(request, "user_orgs")
+        if denied:
+            return denied
+        fields = {"full_name": "", "email": "", "avatar_url": "", "description": "", "website": "", "location": ""}
+        fields |= {"visibility": "public"}
+        rows = [{"id": i + 1, "name": o, "username": o, **fields} for i, o in enumerate(self.orgs)]
+        body = self._page(request, rows)
+        self._valid(self.validator.response, "/user/orgs", body)
+        return self._answer("user_orgs", body)
+
 
 class FakeRegistrar(Registrar):
     """Registers runners in-process, as Gitea's `Register` would, for tests whose Gitea is not served:
-    `tokens` are the registration tokens it knows; `registered` what it was asked, in order."""
+    `tokens` are the registration tokens it knows, each registering in the scope it is asked about
+    (`holds`); `issued` the registration token each scope ((kind, target)) gives an API token (403
+    for any other); `registered` what it was asked, in order."""
 
     def __init__(self, *, tokens: Iterable[str]) -> None:
         super().__init__(cast(Any, None), version="test")
         self.tokens = set(tokens)
+        self.issued: dict[tuple[str, str], str] = {}
         self.registered: list[tuple[str, str, tuple[str, ...]]] = []  # (Gitea URL, runner name, label names)
+
+    async def registration_token(self, scope: PollScope) -> str:
+        token = self.issued.get((scope.kind, scope.target))
+        if token is None:
+            raise GiteaError(f"POST /{scope.kind}/actions/runners/registration-token: HTTP 403", status=403)
+        return token
+
+    async def holds(self, scope: PollScope, runner_id: int) -> bool:
+        return 0 < runner_id <= len(self.registered)
+
+    async def orgs(self, scope: PollScope) -> list[str]:
+        return []
+
+    async def unregister(self, scope: PollScope, runner_id: int) -> bool:
+        return False
 
     async def register(self, url: str, token: str, *, name: str, labels: Sequence[str]) -> Registration:
         if token not in self.tokens:

@@ -46,6 +46,7 @@ def _conditions(previous: Mapping[str, Any], wanted: Sequence[Condition], *, now
 
 
 REGISTRATION_REFUSED = "registration refused: "  # how `registrations` starts the message of its refusals
+SCOPE_MISMATCH = f"{REGISTRATION_REFUSED}a registration token of another scope: "  # `registration_scopes`' own
 SEAT_EPOCH = "seatEpoch"  # written by `seating` alone; a pass's status neither sets nor compares it
 
 
@@ -90,6 +91,9 @@ def _listed(unlisted: Sequence[str], scope: str) -> Condition:
 
 
 def _admitted(refused: Mapping[str, str], create_refused: str) -> Condition:
+    if create_refused.startswith(SCOPE_MISMATCH):  # see `registration_scopes`: the runner's row was deleted
+        message = f"no runner is started: {create_refused.removeprefix(REGISTRATION_REFUSED)}"
+        return Condition("RunnersAdmitted", "False", "RegistrationScopeMismatch", message[:1000])
     if create_refused.startswith(REGISTRATION_REFUSED):  # see `registrations`: nothing was created
         message = f"no runner could be registered with Gitea (their seats are free again): {create_refused}"
         return Condition("RunnersAdmitted", "False", "RegistrationRefused", message[:1000])
@@ -140,6 +144,7 @@ def desired_status(
     invalid: str,
     gitea: Condition | None,
     last_poll: str | None,
+    proven: Condition | None = None,
     failed: Sequence[Runner],
     backoff: Backoff | None = None,
     error: str = "",
@@ -148,10 +153,13 @@ def desired_status(
     create_refused: str = "",
     scope: str = "",
 ) -> dict[str, Any]:
-    """The whole status object for this pass (`error`: a permanent error that stopped the group)."""
+    """The whole status object for this pass (`error`: a permanent error that stopped the group; `proven`:
+    its `ScopeProven` condition, none before the controller asked)."""
     reach = gitea or Condition("GiteaReachable", "Unknown", "NotPolledYet", "no poll of Gitea has finished yet")
     health, listed, admitted = _health(backoff, failed), _listed(unlisted, scope), _admitted(refused, create_refused)
-    stamp, ready = timestamp(now), _ready(spec, invalid, error, (reach, admitted, listed, health))
+    owned = (proven,) if proven else ()
+    stamp, ready = timestamp(now), _ready(spec, invalid, error, (reach, *owned, admitted, listed, health))
+    wanted = [ready, reach, health, listed, admitted, *owned]
     status: dict[str, Any] = {
         "target": spec.target if spec else "",
         "activeRunners": counts.active if counts else 0,
@@ -159,7 +167,7 @@ def desired_status(
         "queuedJobs": counts.queued if counts else 0,
         "waitingJobs": dict(waiting),
         "observedGeneration": generation,
-        "conditions": _conditions(previous, [ready, reach, health, listed, admitted], now=stamp, generation=generation),
+        "conditions": _conditions(previous, wanted, now=stamp, generation=generation),
     }
     check = last_poll or previous.get("lastCheckTime")
     if check:

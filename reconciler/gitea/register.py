@@ -8,8 +8,10 @@ gets (`manifests.runner_file`, in a Secret its Job owns); the registration token
 Gitea answers a bad token with an error whose message says so (connect code `unknown`, HTTP 500: the
 handler returns plain errors), so refusals are told from failures by those messages and by the 4xx
 codes a proxy or a later Gitea may use: `RegistrationRefused` (retrying is no use until the token
-changes) apart from `GiteaError` (unreachable, 5xx: retried). Must not touch Redis or Kubernetes, and
-never logs or raises a token.
+changes) apart from `GiteaError` (unreachable, 5xx: retried). Beside the RPC, a Registrar reaches the
+REST endpoints of registration (`registration_tokens`): a scope's registration token, and a new
+runner's row asked for in one scope, then deleted where it should not be. Must not touch Redis or
+Kubernetes, and never logs or raises a token.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from reconciler.gitea.api import GiteaClient, GiteaError
+from reconciler.gitea import registration_tokens
+from reconciler.gitea.api import GiteaClient, GiteaError, PollScope
 from webhook_scaler.config import DISTRIBUTION, version
 
 PATH = "/api/actions/runner.v1.RunnerService/Register"
@@ -37,6 +40,10 @@ class RegistrationRefused(GiteaError):
     """Gitea refused the registration token (or the request): a new try needs a new token."""
 
 
+class NotEphemeral(RegistrationRefused):
+    """Gitea registered the runner but not as ephemeral (before 1.24): no token makes it do so."""
+
+
 @dataclass(frozen=True, slots=True)
 class Registration:
     """A runner Gitea registered: its row's id, its uuid and name, and its own token."""
@@ -48,7 +55,8 @@ class Registration:
 
 
 class Registrar:
-    """Registers runners over one aiohttp session (the reconciler's way out to Gitea)."""
+    """Registers runners over one aiohttp session (the reconciler's way out to Gitea); `gitea`: the REST
+    client of registration's other calls (default: one over the same session)."""
 
     def __init__(
         self,
@@ -57,11 +65,29 @@ class Registrar:
         version: str,
         timeout: float = TIMEOUT_S,
         on_request: Callable[[str, str], None] | None = None,
+        gitea: GiteaClient | None = None,
     ) -> None:
         self.session = session
         self.version = version
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._on_request = on_request or (lambda endpoint, outcome: None)
+        self.gitea = gitea or GiteaClient(session, on_request=self._on_request)
+
+    async def registration_token(self, scope: PollScope) -> str:
+        """The scope's registration token, fetched with its API token (`registration_tokens.fetch`)."""
+        return await registration_tokens.fetch(self.gitea, scope)
+
+    async def holds(self, scope: PollScope, runner_id: int) -> bool:
+        """Whether the scope holds the runner's row (`registration_tokens.holds`)."""
+        return await registration_tokens.holds(self.gitea, scope, runner_id)
+
+    async def orgs(self, scope: PollScope) -> list[str]:
+        """The orgs of the scope's API token's user (`registration_tokens.orgs`)."""
+        return await registration_tokens.orgs(self.gitea, scope)
+
+    async def unregister(self, scope: PollScope, runner_id: int) -> bool:
+        """Delete the runner's row through the scope; False if it holds none (`registration_tokens.remove`)."""
+        return await registration_tokens.remove(self.gitea, scope, runner_id)
 
     async def register(self, url: str, token: str, *, name: str, labels: Sequence[str]) -> Registration:
         """Register one ephemeral runner named `name` with label names `labels` at the Gitea `url`."""
@@ -104,11 +130,12 @@ def _registration(answer: bytes, *, name: str, url: str) -> Registration:
     except (ValueError, KeyError, TypeError):
         raise GiteaError(f"registering runner {name} at {url}: an answer without a runner") from None
     if not runner.get("ephemeral"):  # Gitea < 1.24 keeps a runner that never takes a job as an idle row
-        raise RegistrationRefused(f"registering runner {name} at {url}: Gitea did not make it ephemeral (1.24+ does)")
+        raise NotEphemeral(f"registering runner {name} at {url}: Gitea did not make it ephemeral (1.24+ does)")
     return registered
 
 
 def registrar_of(gitea: GiteaClient, *, timeout: float = TIMEOUT_S) -> Registrar:
     """A Registrar over the Gitea client's session (its CA and proxy) and request metrics, whose Register
     may take `timeout` seconds (`GRS_REGISTER_TIMEOUT`)."""
-    return Registrar(gitea.session, version=f"{DISTRIBUTION} {version()}", timeout=timeout, on_request=gitea.on_request)
+    return Registrar(gitea.session, version=f"{DISTRIBUTION} {version()}", timeout=timeout, on_request=gitea.on_request,
+                     gitea=gitea)  # fmt: skip

@@ -131,11 +131,18 @@ class RunnerGroupSpec(_Spec):
     min_idle_runners: int = Field(
         0, alias="minIdleRunners", ge=0, description="Warm runners kept ready with no job waiting."
     )
-    registration_token: SecretKeySelector = Field(
-        alias="registrationToken", description="Secret key with the runner registration token."
+    registration_token: SecretKeySelector | None = Field(
+        None,
+        alias="registrationToken",
+        description=(
+            "Secret key with the runner registration token of the group's own scope. Optional: without it, the "
+            "controller fetches that token with the API token, which then needs write on the scope."
+        ),
     )
     auth_token: SecretKeySelector = Field(
-        alias="authToken", description="Secret key with a Gitea API token, used to poll for queued jobs."
+        alias="authToken",
+        description="Secret key with a Gitea API token of the group's scope: it polls for queued jobs, reads and "
+        "deletes runners, and fetches the registration token when registrationToken is not given.",
     )
     image: str = Field(DEFAULT_IMAGE, min_length=1, description="act_runner image of the runner container.")
     container_mode: Literal["", "dind"] = Field(

@@ -4,6 +4,7 @@ which answers as Gitea 1.26's handler does (routers/api/actions/runner/runner.go
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -11,7 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from reconciler.gitea.api import GiteaClient, GiteaError
+from reconciler.gitea.api import GiteaClient, GiteaError, PollScope
 from reconciler.gitea.register import Registrar, Registration, RegistrationRefused, _registration, registrar_of
 from reconciler.settings import Settings
 from tests.fake_gitea import REGISTRATION_TOKEN, FakeGitea
@@ -93,3 +94,52 @@ def test_a_gitea_that_does_not_make_the_runner_ephemeral_is_refused() -> None:
     with pytest.raises(RegistrationRefused, match="did not make it ephemeral"):
         _registration(answer, name="n", url="http://g")
     assert _registration(answer.replace(b'"n"}', b'"n", "ephemeral": true}'), name="n", url="http://g").id == 3
+
+
+SCOPES = [
+    pytest.param(PollScope("", "repo", "acme/widgets", "api-token"), ("repo", "acme/widgets"), id="repo"),
+    pytest.param(PollScope("", "org", "acme", "api-token"), ("org", "acme"), id="org"),
+    pytest.param(PollScope("", "user", "acme", "api-token"), ("user", "acme"), id="user"),
+    pytest.param(PollScope("", "global", "", "api-token"), ("global", ""), id="global"),
+]
+
+
+@pytest.mark.parametrize(("scope", "kept"), SCOPES)
+async def test_a_scopes_registration_token_is_fetched_with_its_api_token_and_its_runners_land_there(
+    gitea: tuple[FakeGitea, str], scope: PollScope, kept: tuple[str, str]
+) -> None:
+    """`POST {scope}/actions/runners/registration-token` (the admin one for the instance) answers the
+    scope's token in the body; a runner registered with it is shown by its scope's `GET …/runners/{id}`."""
+    fake, url = gitea
+    scope = dataclasses.replace(scope, url=url)
+    async with aiohttp.ClientSession() as session:
+        registrar = registrar_of(GiteaClient(session))
+        token = await registrar.registration_token(scope)
+        assert token == await registrar.registration_token(scope), "the call does not rotate it"
+        done = await registrar.register(url, token, name="builders-7-ab12.0123abcd", labels=["k8s"])
+        assert fake.runners[done.id]["_scope"] == kept and fake.registration_tokens[token] == kept
+        assert await registrar.holds(scope, done.id)
+        assert await registrar.orgs(scope) == ["acme"]
+        assert await registrar.unregister(scope, done.id) and not fake.runners
+        assert not await registrar.holds(scope, done.id) and not await registrar.unregister(scope, done.id)
+    assert fake.requests[f"{scope.kind}_registration_token"] == 2
+
+
+async def test_a_runner_of_another_scope_is_not_held_there_and_a_token_without_write_is_refused(
+    gitea: tuple[FakeGitea, str],
+) -> None:
+    """Gitea shows a runner only in its own scope (the admin endpoints show every one); a token that may
+    not fetch a scope's registration token gets a GiteaError with the status, never a token."""
+    fake, url = gitea
+    org, user = PollScope(url, "org", "acme", "api-token"), PollScope(url, "user", "acme", "api-token")
+    done = await register(url)  # the org's token
+    async with aiohttp.ClientSession() as session:
+        registrar = registrar_of(GiteaClient(session))
+        assert await registrar.holds(org, done.id) and not await registrar.holds(user, done.id)
+        assert await registrar.holds(dataclasses.replace(org, kind="global", target=""), done.id)
+        assert not await registrar.unregister(user, done.id) and fake.runners
+        fake.refused.add("user_registration_token")
+        with pytest.raises(GiteaError) as refused:
+            await registrar.registration_token(user)
+    assert refused.value.status == 403 and "registration-token" in str(refused.value)
+    assert not [t for t in fake.registration_tokens if t in str(refused.value)]
