@@ -368,8 +368,8 @@ jobs:
 
 @pytest.fixture
 def quick_start(release: Release, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """What the README's quick start has a user do after `helm install`: the tokens Secret and the org
-    group of `deploy/examples`, as written but for their placeholders (the Gitea's URL and the tokens),
+    """What the README's quick start has a user do after `helm install`: the Secret of the one API token
+    and the org group of `deploy/examples`, as written but for their placeholders (the Gitea's URL and the token),
     so on the default runner image and act_runner's default labels. The images those labels name come
     from the node: `docker.gitea.com` resolves to the node's address (tests/node/configs.py), where a
     registry serves `runner-images:ubuntu-latest` on port 80, the job image standing in for it.
@@ -381,7 +381,7 @@ def quick_start(release: Release, tmp_path_factory: pytest.TempPathFactory) -> I
     try:
         registry.push(image("docker")[1], "runner-images", "ubuntu-latest")
         secret = yaml.safe_load((EXAMPLES / "secret.yaml").read_text())
-        secret["stringData"] = {"registration-token": stack.registration_token, "api-token": stack.gitea.token}
+        secret["stringData"] = {"token": stack.gitea.token}  # no registration token: the reconciler fetches it
         name = secret["metadata"]["name"]
         status, body = api_request(release.node, "PUT", f"/api/v1/namespaces/{NS}/secrets/{name}", secret)
         assert status == 200, body
