@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from reconciler.gitea.api import GiteaError, PollScope
 from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.loop.gitea_runners import RunnerRows
-from reconciler.loop.gitea_scopes import owners, wider
+from reconciler.loop.gitea_scopes import owners_of_runner, wider
 from reconciler.model.names import job_of_runner
 from reconciler.model.spec import RunnerGroupSpec
 from webhook_scaler.gitea import ActionRunner
@@ -46,7 +46,7 @@ async def clear(rows: RunnerRows, group: GroupObject, spec: RunnerGroupSpec) -> 
     listings = [(scope, own.runners), *[(s, await _listed(rows, s, own=False)) for s in wider(scope)]]
     busy: dict[int, str] = {}  # by id: the instance's listing shows every row the narrower ones did
     for where, listed in listings:
-        for row in (r for r in listed if owners(job_of_runner(r.name), [group])):
+        for row in (r for r in listed if owners_of_runner(r.name, [group])):
             if row.busy:
                 busy[row.id] = row.name
             else:
@@ -72,11 +72,11 @@ async def sweep(
         for row in await _listed(rows, scope, own=own):
             if row.status != "offline" or row.busy:
                 continue
-            mine = owners(job_of_runner(row.name), groups)
+            mine = owners_of_runner(row.name, groups)
             if not mine or any(_in_use(row.name, g, jobs, seated) for g in mine):
                 continue
-            # A ghost at the sweep before too (see the module doc). Groups of one name in several namespaces
-            # give runners names alike: the first one counts it.
+            # A ghost at the sweep before too (see the module doc). Runners named before the group key
+            # (`names.group_key`) may match groups of one name in several namespaces: the first one counts it.
             label = f"{mine[0].namespace}/{mine[0].name}"
             if row.id in rows.suspects.get(where, ()) and await rows.delete_row(scope, row, label, reason="ghost"):
                 removed += 1

@@ -11,7 +11,7 @@ from dataclasses import replace
 from reconciler.gitea.api import PollScope
 from reconciler.kube.api import Kube, PermanentError, TransientError
 from reconciler.kube.objects import GroupObject
-from reconciler.model.names import RUNNER_SUFFIX, job_name
+from reconciler.model.names import RUNNER_SUFFIX, job_name, job_of_runner, of_group
 from reconciler.model.spec import RunnerGroupSpec
 
 
@@ -57,6 +57,11 @@ def owners(name: str, groups: Iterable[GroupObject]) -> list[GroupObject]:
     if match is None:
         return []
     return [g for g in groups if job_name(g.name, match.group(1)) == name]
+
+
+def owners_of_runner(runner: str, groups: Iterable[GroupObject]) -> list[GroupObject]:
+    """The groups whose runner is called `runner` in Gitea: its Job's name is theirs, and so is its group key."""
+    return [g for g in owners(job_of_runner(runner), groups) if of_group(runner, g.namespace, g.name)]
 
 
 def wider(scope: PollScope) -> list[PollScope]:

@@ -29,7 +29,7 @@ from reconciler.kube.manifests import build_job
 from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.kube.runner_cache import SECRET_KEY
 from reconciler.loop.registrations import Registrations
-from reconciler.model.names import job_name, runner_name, runner_retry, runner_suffix
+from reconciler.model.names import group_key, job_name, runner_name, runner_retry, runner_suffix
 from reconciler.model.spec import RunnerGroupSpec
 from webhook_scaler.store.seats.coordination import (
     ABANDONED_AFTER_S,
@@ -185,7 +185,7 @@ class Seating:
         "epoch", "late"). The claim of a runner that exists is the caller's to confirm (`confirm`)."""
         started = time.monotonic()
         await self.share_cache_secret(group.namespace)
-        runner = runner_name(name)
+        runner = runner_name(name, group=group_key(group.namespace, group.name))
         taken = await self._take(group, spec, c, (name, runner), epoch)
         if taken != "granted":
             return taken  # nothing was taken

@@ -3,18 +3,22 @@
 A runner Job's name is fixed by the (job, attempt) it is for and how many runners for it came before,
 so the API server refuses a second Job of that name (the claim's backstop, see `coordination`). Such
 a name comes back once the Jobs and Pods of earlier runners are gone. The runner's name in Gitea is
-therefore the Job's name with a random tag of its own (`{job name}.{8 hex}`, recorded on the Job): no
-two runners ever have one name, so Gitea's word on a runner (the `busy`/`done` facts its webhooks
-leave, its row) is never taken for another's, whatever namespace or time it ran in. A runner Job
-without the tag on record (made by an earlier release) registered under its bare Job name.
+therefore the Job's name with a tag of its own (`{job name}.{group key}{8 random hex}`, recorded on the
+Job): no two runners ever have one name, so Gitea's word on a runner (the `busy`/`done` facts its
+webhooks leave, its row) is never taken for another's, whatever namespace or time it ran in; and the
+group key (of its namespace and name) tells the rows of two groups of one name in two namespaces apart.
+A runner Job without the tag on record (made by an earlier release) registered under its bare Job
+name; one with an 8-digit tag, without the group key.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_KEYED = 16  # a runner name's tag with its group's key: 8 hex digits of the key, 8 random
 
 
 def job_name(group: str, suffix: str) -> str:
@@ -48,9 +52,23 @@ def runner_retry(name: str, *, job_id: int, attempt: int) -> int | None:
     return int(m["retry"] or 0)
 
 
-def runner_name(job: str, tag: str | None = None) -> str:
-    """A new runner's name in Gitea: its Job's name and a random tag (`tag`, for tests: a given one)."""
-    return f"{job}.{tag or uuid.uuid4().hex[:8]}"
+def runner_name(job: str, tag: str | None = None, *, group: str = "") -> str:
+    """A new runner's name in Gitea: its Job's name, its group's key (`group_key`) and a random tag (`tag`,
+    for tests: a given one)."""
+    return f"{job}.{group}{tag or uuid.uuid4().hex[:8]}"
+
+
+def group_key(namespace: str, name: str) -> str:
+    """8 hex digits of the group's namespace and name: in its runners' names in Gitea, so that groups of one
+    name in two namespaces (whose runner Jobs are named alike) never take each other's runner rows."""
+    return hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:8]
+
+
+def of_group(runner: str, namespace: str, name: str) -> bool:
+    """Whether a runner named so in Gitea may be one of the group's: its group key is the group's, or it has
+    none (named by a release before the key: only its Job's name tells)."""
+    tag = runner.split(".", 1)[1] if "." in runner else ""
+    return len(tag) != _KEYED or tag[:8] == group_key(namespace, name)
 
 
 def job_of_runner(runner: str) -> str:

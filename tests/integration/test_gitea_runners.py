@@ -20,9 +20,9 @@ from reconciler.kube.api import Kube
 from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.loop import gitea_ghosts
 from reconciler.loop.gitea_runners import SETTLE, RunnerRows, Vetted
-from reconciler.loop.gitea_scopes import owners, scope_of
+from reconciler.loop.gitea_scopes import owners, owners_of_runner, scope_of
 from reconciler.metrics import Metrics
-from reconciler.model.names import job_name
+from reconciler.model.names import group_key, job_name, runner_name
 from tests.fake_gitea import FakeGitea
 from tests.groups import spec
 from webhook_scaler.store.seats.coordination import Coordination
@@ -373,3 +373,25 @@ async def test_the_sweep_and_the_drain_look_in_the_wider_scopes_the_token_can_li
         assert await gitea_ghosts.clear(rows, GROUP, repo_spec) == []
     assert fake.deleted == [ghost, left], "the drain cleared the one whose Job ran during the sweep"
     assert elsewhere in fake.runners, "a scope no group of ours has, nor the token may list, is not looked at"
+
+
+async def test_deleting_a_group_never_touches_the_rows_of_a_group_of_its_name_in_another_namespace(
+    gitea: tuple[FakeGitea, str],
+) -> None:
+    """Issue 35: the drain of ns-a/ci matched rows by the group's name, so it deleted the rows of ns-b/ci's
+    live runners registered in the same org. Runner names carry their group's key now."""
+    fake, url = gitea
+    a = GroupObject(namespace="ci", name="builders", uid="u-a", generation=1, spec={}, status={}, deleting=True)
+    b = GroupObject(namespace="team-b", name="builders", uid="u-b", generation=1, spec={}, status={})
+    mine = fake.add_runner(runner_name("builders-w-aaaaaa", group=group_key("ci", "builders")), status="offline")
+    theirs = fake.add_runner(runner_name("builders-12-0", group=group_key("team-b", "builders")), status="offline")
+    busy = fake.add_runner(runner_name("builders-13-0", group=group_key("team-b", "builders")), busy=True)
+    async with aiohttp.ClientSession() as session:
+        rows = runner_rows()
+        rows.gitea = GiteaClient(session)
+        assert await gitea_ghosts.clear(rows, a, spec(gitea={"url": url})) == []
+    assert fake.deleted == [mine]
+    assert {theirs, busy} <= set(fake.runners), "the other namespace's rows, idle or busy, are left"
+    assert owners_of_runner(fake.runners[theirs]["name"], [a, b]) == [b]
+    older = "builders-12-0.0123abcd"  # named before the group key: only the Job's name tells
+    assert owners_of_runner(older, [a, b]) == [a, b]
