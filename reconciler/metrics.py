@@ -29,7 +29,7 @@ _HELP = {
     "grs_reconcile_errors": "Reconcile errors by kind (transient, permanent).",
     "grs_group_faults": (
         "Exceptions one group's objects raised that were kept to that group (its status says so; no other group "
-        "stopped), by stage (validate, round, poll, sweep): each one is a bug to report."
+        "stopped), by stage (validate, round, poll, sweep, prove): each one is a bug to report."
     ),
     "grs_time_to_runner_seconds": (
         "From a job being queued (as recorded) to the creation of a runner Job for it (not to its pickup: "

@@ -99,6 +99,18 @@ class Settings(RedisSettings):
             "GRS_GITEA_INSTANCES does not name, if there is exactly one; else no default instance."
         ),
     )
+    namespace_owners: str = Field(
+        "",
+        pattern=r"^([a-z0-9-]+=(\*|[\w.-]+(\|[\w.-]+)*))?(,[a-z0-9-]+=(\*|[\w.-]+(\|[\w.-]+)*))*$",
+        description=(
+            "The Gitea owners (orgs and users) each namespace's RunnerGroups may serve: `ns=owner1|owner2,ns2=*` "
+            "(`*`: any owner, and global groups). A group naming a repository, org or user of another owner, or "
+            "global where its namespace has no `*`, or in a namespace not named, is refused (Ready=False "
+            "InvalidSpec naming this setting): no job of that owner goes to it. Owners compare case-insensitively, "
+            "in every Gitea instance. Unset or empty = no pin (a group still takes jobs only of a scope its API token "
+            "proves it administers)."
+        ),
+    )
     runner_pod_allow_host_namespaces: bool = Field(
         False, description="Runner Pods may use the host's namespaces (a podTemplate's hostPID, hostIPC, hostNetwork)."
     )
@@ -198,6 +210,23 @@ class Settings(RedisSettings):
                 "(giteaInstances), not both"
             )
         return self
+
+    @model_validator(mode="after")
+    def _pins_parse(self) -> Settings:
+        _ = self.pins  # a namespace named twice is refused at start
+        return self
+
+    @property
+    def pins(self) -> dict[str, frozenset[str] | None] | None:
+        """The owners each namespace may serve (`GRS_NAMESPACE_OWNERS`; `decide.ownership.pinned`), or None."""
+        if not self.namespace_owners:
+            return None
+        pins: dict[str, frozenset[str] | None] = {}
+        for namespace, owners in (entry.split("=", 1) for entry in self.namespace_owners.split(",")):
+            if namespace in pins:
+                raise ValueError(f"GRS_NAMESPACE_OWNERS names namespace {namespace} twice: join its owners with |")
+            pins[namespace] = None if owners == "*" else frozenset(o.lower() for o in owners.split("|"))
+        return pins
 
     @property
     def protected(self) -> frozenset[tuple[str, str]]:

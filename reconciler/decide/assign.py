@@ -1,7 +1,8 @@
 """Pure: which group serves each queued job.
 
 Every queued job goes to exactly one group, so that two groups never both start a runner for it.
-Must not do I/O.
+Only groups whose API token proved their scope take jobs, and a group whose registrations Gitea
+refused lately only those no other group takes (`ownership`, `Standing`). Must not do I/O.
 """
 
 from __future__ import annotations
@@ -24,6 +25,19 @@ class GroupView:
     name: str
     spec: RunnerGroupSpec
     label_names: frozenset[str]
+    proven: bool = True  # its API token proved it administers its scope (`ownership`): else it takes no job
+    demoted: bool = False  # Gitea refused its registrations lately: it takes only jobs no other group takes
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """Which groups take no job (`unproven`), and which only jobs no other group takes (`demoted`)."""
+
+    unproven: frozenset[tuple[str, str]] = frozenset()
+    demoted: frozenset[tuple[str, str]] = frozenset()
+
+
+EVERY_PROVEN = Standing()  # every group takes jobs (what a caller that knows of no proof passes)
 
 
 def covers(spec: RunnerGroupSpec, job: QueuedJob) -> bool:
@@ -50,7 +64,8 @@ class GroupIndex:
 def index_groups(groups: Sequence[GroupView]) -> GroupIndex:
     """The index `assign` reads (see `GroupIndex`)."""
     ranked = sorted(
-        (g for g in groups if not g.spec.suspend), key=lambda g: (-_SPECIFICITY[g.spec.scope], g.namespace, g.name)
+        (g for g in groups if g.proven and not g.spec.suspend),
+        key=lambda g: (-_SPECIFICITY[g.spec.scope], g.namespace, g.name),
     )
     index = GroupIndex(tuple(groups), {}, {}, [])
     for g in ranked:
@@ -67,9 +82,10 @@ def index_groups(groups: Sequence[GroupView]) -> GroupIndex:
 def assign(
     queued: Sequence[QueuedJob], groups: Sequence[GroupView] | GroupIndex
 ) -> dict[tuple[str, str], list[QueuedJob]]:
-    """Give every queued job to exactly one group: of those whose scope and labels match and that are
-    not suspended, the most specific scope (repo, then org or user, then global), then the first by
-    namespace and name. A job no group matches is in no list.
+    """Give every queued job to exactly one group: of those whose scope and labels match, that are not
+    suspended and whose scope is proven, the most specific scope (repo, then org or user, then global),
+    then the first by namespace and name; a demoted group only if no other matches. A job no group
+    matches is in no list.
     """
     index = groups if isinstance(groups, GroupIndex) else index_groups(groups)
     out: dict[tuple[str, str], list[QueuedJob]] = {(g.namespace, g.name): [] for g in index.groups}
@@ -83,31 +99,42 @@ def assign(
 def group_of(job: QueuedJob, index: GroupIndex) -> tuple[str, str] | None:
     """The group `assign` gives one job to, or None. It reads only what a job id never changes (its
     repository and labels), so it may be remembered for as long as `index` is current."""
+    fallback: tuple[str, str] | None = None
     for g in (*index.by_repo.get(job.repo, ()), *index.by_owner.get(job.owner, ()), *index.everywhere):
         if covers(g.spec, job) and all(lb in g.label_names for lb in job.labels):
-            return (g.namespace, g.name)
-    return None
+            if not g.demoted:
+                return (g.namespace, g.name)
+            fallback = fallback or (g.namespace, g.name)
+    return fallback
 
 
 class CachedIndex:
-    """The index of the valid groups, rebuilt only when a spec changed or a group came or went (a spec
-    object is kept while its group's generation is: see `Controller.views`)."""
+    """The index of the valid groups, rebuilt only when a spec changed, a group came or went (a spec
+    object is kept while its group's generation is: see `Controller.views`) or the standing changed."""
 
     def __init__(self) -> None:
-        self._built: tuple[tuple[RunnerGroupSpec, ...], GroupIndex] | None = None
+        self._built: tuple[tuple[RunnerGroupSpec, ...], Standing, GroupIndex] | None = None
 
-    def of(self, groups: Sequence[tuple[str, str, RunnerGroupSpec]]) -> GroupIndex:
-        """The index of `groups` (namespace, name, validated spec)."""
+    def of(self, groups: Sequence[tuple[str, str, RunnerGroupSpec]], standing: Standing = EVERY_PROVEN) -> GroupIndex:
+        """The index of `groups` (namespace, name, validated spec), as they stand (`Standing`)."""
         specs = tuple(spec for _, _, spec in groups)
         built = self._built
         if (
             built is None
+            or built[1] != standing
             or len(built[0]) != len(specs)
             or any(a is not b for a, b in zip(built[0], specs, strict=True))
         ):
             views = [
-                GroupView(ns, name, spec, names(effective_labels(spec.labels, spec.default_labels)))
+                GroupView(
+                    ns,
+                    name,
+                    spec,
+                    names(effective_labels(spec.labels, spec.default_labels)),
+                    proven=(ns, name) not in standing.unproven,
+                    demoted=(ns, name) in standing.demoted,
+                )
                 for ns, name, spec in groups
             ]
-            built = self._built = (specs, index_groups(views))
-        return built[1]
+            built = self._built = (specs, standing, index_groups(views))
+        return built[2]

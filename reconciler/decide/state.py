@@ -20,13 +20,14 @@ class GroupState:
     last_error: str = ""
     failing: str = ""  # why passes keep failing, once the status says so ("": the last pass did not fail)
     gitea: Condition | None = None
+    proven: Condition | None = None  # ScopeProven, as the last round found it (`ownership`; kept while unchanged)
     last_poll: str | None = None
     invalid_generation: int = -1
     # a permanent error stops the group's passes until the group changes: ((generation, annotations), error)
     stopped: tuple[tuple[int, str], str] | None = None
     status_written: float = 0.0  # monotonic time of the last status write
     status_put_off: float = 0.0  # monotonic time a count-only status write was first put off (0: none is)
-    quiet_as: tuple[object, object, object] | None = None  # (group object, gitea condition, last poll) found quiet
+    quiet_as: tuple[object, ...] | None = None  # (group object, gitea condition, last poll, proven) found quiet
     timer: asyncio.TimerHandle | None = None  # the wake-up at the group's next deadline
     timer_at_ms: int = 0
     # what the last complete pass started from (see `Scheduler.start`), and whether the next may not skip

@@ -196,6 +196,19 @@ class GiteaClient:
                 raise GiteaError("runners list does not fit the model") from exc
         return RunnersListing(out, pages.complete)
 
+    async def administers(self, scope: PollScope) -> None:
+        """Return if the token may administer the scope's runners: the first row of their listing answers
+        (owners and site admins only); GiteaError otherwise (401, 403: it may not; 404: no such scope)."""
+        await self._get(scope, self._runners_path(scope), [("page", "1"), ("limit", "1")], f"{scope.kind}_runners")
+
+    async def login(self, scope: PollScope) -> str:
+        """The login of the user the token is of (`GET /user`)."""
+        body, _ = await self._get(scope, "/user", [], "user")
+        login = body.get("login") if isinstance(body, dict) else None
+        if not isinstance(login, str):
+            raise GiteaError("GET /user: no login in the answer")
+        return login
+
     async def delete_runner(self, scope: PollScope, runner_id: int) -> None:
         """Remove a runner's row; one that is gone already (404) counts as removed."""
         path = f"{self._runners_path(scope)}/{runner_id}"

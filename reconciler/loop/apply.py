@@ -220,6 +220,7 @@ class GroupPass:
             now=datetime.fromtimestamp(self.clock(), UTC),
             invalid="",
             gitea=state.gitea,
+            proven=state.proven,
             last_poll=state.last_poll,
             failed=decided.failed,
             backoff=decided.backoff,

@@ -31,6 +31,7 @@ from reconciler.loop.errors import kind_of
 from reconciler.loop.gitea_runners import RunnerRows
 from reconciler.loop.group_views import GroupViews, contained
 from reconciler.loop.poller import Poller
+from reconciler.loop.proofs import GiteaProver, Ownership, Prover
 from reconciler.loop.registrations import Registrations
 from reconciler.loop.reports import Reports
 from reconciler.loop.scheduler import Scheduler
@@ -59,6 +60,7 @@ class Controller:
         clock: Callable[[], float] = time.time,
         egress: Egress = DIRECT,
         registrar: Registrar | None = None,
+        prover: Prover | None = None,
     ) -> None:
         self.settings = settings
         self.kube = kube
@@ -79,6 +81,8 @@ class Controller:
         self.poller = self._poller(gitea)
         self._group_of_runner: dict[str, tuple[str, str]] = {}  # runner name in Gitea -> (namespace, group)
         self.queues = Queues(store, settings.instances)
+        self.ownership = Ownership(settings, kube=kube, prover=prover or GiteaProver(gitea), metrics=metrics,
+                                   views=self.views, wake=self.wake.set, clock=clock)  # fmt: skip
         self._background: set[asyncio.Task[None]] = set()
 
     def _group_pass(self, registrations: Registrations, egress: Egress) -> GroupPass:
@@ -145,6 +149,7 @@ class Controller:
         if self.settings.ghost_sweep_interval:
             workers.append(asyncio.create_task(self._after_sync(self.poller.sweep_forever), name="ghost-sweep"))
         workers.append(asyncio.create_task(self.group_views.read_schema(self.kube, self.wake.set), name="pod-schema"))
+        workers.append(asyncio.create_task(self._after_sync(self.ownership.prove_forever), name="proofs"))
         workers.append(asyncio.create_task(self._after_sync(self._reconcile_forever), name="reconcile"))
         await run_together(workers, what="controller", also=self._passes_and_background)
 
@@ -158,6 +163,7 @@ class Controller:
 
     async def _reconcile_forever(self) -> None:
         await self.group_views.schema_tried.wait()
+        await self.ownership.tried.wait()  # so that no group is reported unproven while the first proofs are asked
         log.info("caches synced; reconciling")
         while True:
             await self.wake.wait()
@@ -209,7 +215,7 @@ class Controller:
     # -- one round --------------------------------------------------------------------------------
     def views(self) -> list[View[GroupObject]]:
         """Every group with its validated spec, or None and why (see `group_views`)."""
-        return self.group_views()
+        return self.ownership.pinned(self.group_views())
 
     def index(self) -> None:
         """Runner Jobs by group and Pods by Job, once per round, so a round is linear in groups + Jobs."""
@@ -231,7 +237,7 @@ class Controller:
         views = self.views()
         self.index()
         valid = [(g.namespace, g.name, spec) for g, spec, _ in views if spec is not None]
-        demand = await self.queues.read(valid)
+        demand = await self.queues.read(valid, self.ownership.standing(views, self.state_of))
         self.metrics.queue_wide(unmatched=self.queues.unmatched, held=self.queues.held)
         for group, spec, problem in views:
             try:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from reconciler.decide.assign import CachedIndex, GroupIndex, group_of
+from reconciler.decide.assign import EVERY_PROVEN, CachedIndex, GroupIndex, Standing, group_of
 from reconciler.decide.instances import instance_of
 from reconciler.model.spec import RunnerGroupSpec
 from webhook_scaler.store.jobs.model import Observation, QueuedJob
@@ -141,8 +141,11 @@ class Queues:
         """Jobs the instances hold `waiting`."""
         return sum(d.held for d in self.demand.values())
 
-    async def read(self, valid: Iterable[tuple[str, str, RunnerGroupSpec]]) -> dict[Key, GroupDemand]:
-        """Every group's queued jobs now, from the queue of the instance it serves (`Demand.read`)."""
+    async def read(
+        self, valid: Iterable[tuple[str, str, RunnerGroupSpec]], standing: Standing = EVERY_PROVEN
+    ) -> dict[Key, GroupDemand]:
+        """Every group's queued jobs now, from the queue of the instance it serves (`Demand.read`), given
+        to the groups as they stand (`Standing`: none to a group whose scope is not proven)."""
         served: dict[str, list[tuple[str, str, RunnerGroupSpec]]] = {name: [] for name in self.demand}
         self._instance_of = {}
         for namespace, name, spec in valid:
@@ -150,7 +153,7 @@ class Queues:
             served[instance].append((namespace, name, spec))
         out: dict[Key, GroupDemand] = {}
         for instance, reader in self.demand.items():
-            out |= await reader.read(self._indexes[instance].of(served[instance]))
+            out |= await reader.read(self._indexes[instance].of(served[instance], standing))
         return out
 
     async def observations(self, group_of_runner: Mapping[str, Key]) -> list[tuple[Key, Observation]]:

@@ -37,6 +37,7 @@ from reconciler.loop.controller import Controller
 from reconciler.metrics import Metrics
 from reconciler.settings import Settings
 from tests.fake_gitea import FakeGitea, FakeRegistrar
+from tests.fake_tenants import FakeProver, Tenant, TenantGitea
 from tests.groups import REFUSED, changed, operator_form, spec_dict
 from tests.groups import spec as spec_model
 from tests.jobs import model
@@ -152,6 +153,7 @@ async def running_controller(
     kubeconfig: Path, redis_url: str, ns: str, *, egress: Egress = DIRECT, **kw: Any
 ) -> AsyncIterator[Controller]:
     registrar = kw.pop("registrar", None) or FakeRegistrar(tokens={REG_TOKEN})
+    prover = kw.pop("prover", FakeProver(tokens={API_TOKEN}))  # None: ask the test's Gitea (`GiteaProver`)
     faults_expected = kw.pop("faults_expected", False)
     # The groups' Gitea unless a test names its own (spec_dict's; the admin's choice: GRS_GITEA_URL).
     defaults = {"poll_enabled": False, "resync_interval": 2, "listen_port": 0, "gitea_url": DEFAULT_GITEA}
@@ -168,6 +170,7 @@ async def running_controller(
             metrics=Metrics.create(CollectorRegistry()),
             egress=egress,
             registrar=registrar,
+            prover=prover,
         )
         task = asyncio.create_task(controller.run())
         try:
@@ -869,7 +872,7 @@ async def test_ready_says_why_a_job_of_the_group_cannot_get_a_runner_token_refus
     assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", wrong)[0] == 201
     create_group(kube, ns, "revoked", gitea={"url": url}, authToken={"secretRef": {"name": "revoked", "key": "api"}})
     create_group(kube, ns, "fine", gitea={"url": url})
-    settings = {"poll_enabled": True, "poll_interval": 1, "gitea_url": url}
+    settings: dict[str, Any] = {"poll_enabled": True, "poll_interval": 1, "gitea_url": url}
     async with running_controller(kube.kubeconfig, redis_server.url, ns, **settings):
 
         def ready(name: str, reason: str) -> Any:
@@ -1403,3 +1406,129 @@ async def test_a_busy_runner_cannot_be_evicted_an_idle_one_can(
         (lost,) = await eventually(lambda: events(kube, ns, "RunnerLost"))
         assert lost["message"].startswith(f"Runner Job {busy['name']} died during its job (BackoffLimitExceeded)")
         assert controller.metrics.runners_lost.labels(group=f"{ns}/drained")._value.get() == 1
+
+
+# -- ownership is proven, not claimed (issue 35) ----------------------------------------------------------
+
+
+def tenant_namespace(kube: KubeCluster, prefix: str, *, api: str, reg: str = REG_TOKEN) -> str:
+    """A namespace named `prefix-…` (namespaces sort by it) whose Secret `gitea` holds these tokens."""
+    ns = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    assert api_request(kube, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}})[0] == 201
+    secret = {"metadata": {"name": "gitea"}, "stringData": {"api": api, "reg": reg}}
+    assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", secret)[0] == 201
+    return ns
+
+
+def creates_refused(controller: Controller, group: str) -> float:
+    """How many of the group's runner creates were refused (`grs_runner_creates_refused`), for any reason."""
+    samples = [s for metric in controller.metrics.creates_refused.collect() for s in metric.samples]
+    return sum(s.value for s in samples if s.name.endswith("_total") and s.labels["group"] == group)
+
+
+def condition_is(kube: KubeCluster, ns: str, name: str, kind: str, reason: str) -> dict[str, Any] | None:
+    cond = condition(kube, ns, name, kind)
+    return cond if cond and cond["reason"] == reason else None
+
+
+async def test_of_two_namespaces_naming_one_repo_the_one_that_cannot_prove_it_gets_nothing(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis, aiohttp_server: MakeServer
+) -> None:
+    """A RunnerGroup author names another tenant's repository to capture its jobs. Their namespace sorts
+    first (the tie-break that gave it the jobs), but their API token cannot list the repository's
+    runners (403): their group takes nothing and says so; the repository's own group gets the runner."""
+    repo = f"acme/{uuid.uuid4().hex[:8]}"
+    tenants = {API_TOKEN: Tenant("owner", frozenset({("repo", repo)})), "thief-token": Tenant("thief")}
+    gitea = TenantGitea(tenants)
+    url = _url(await aiohttp_server(gitea.app()))
+    thief, owner = tenant_namespace(kube, "a", api="thief-token"), tenant_namespace(kube, "b", api=API_TOKEN)
+    for ns in (thief, owner):
+        create_group(kube, ns, "ci", scope="repo", repo=repo, org=None, gitea={"url": url}, defaultLabels=[])
+    await queue(redis, 351, labels=["k8s"], repo=repo)
+    options: dict[str, Any] = {"prover": None, "gitea_url": url}
+    async with running_controller(kube.kubeconfig, redis_server.url, f"{thief},{owner}", **options) as controller:
+        (job,) = await eventually(lambda: runner_jobs(kube, owner))
+        refused = await eventually(lambda: condition_is(kube, thief, "ci", "ScopeProven", "TokenCannotAdminister"))
+        await passes(controller)
+        assert runner_jobs(kube, thief) == []
+        ready = condition(kube, thief, "ci", "Ready") or {}
+        proven = condition(kube, owner, "ci", "ScopeProven") or {}
+    assert job["metadata"]["annotations"][JOB_ID_ANNOTATION] == "351"
+    assert f"cannot administer repo {repo}" in refused["message"] and "HTTP 403" in refused["message"], refused
+    assert "thief-token" not in refused["message"]
+    assert (ready["status"], ready["reason"]) == ("False", "TokenCannotAdminister"), ready
+    assert (proven["status"], proven["reason"]) == ("True", "Proven"), proven
+
+
+async def test_a_stale_repo_group_whose_token_was_revoked_no_longer_starves_the_org_group(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis, aiohttp_server: MakeServer
+) -> None:
+    """A repository group left behind: its registration token no longer registers anything, and its API
+    token is revoked in Gitea. Its scope is the most specific, so it took the repository's jobs and
+    could start no runner for them, for good. Once Gitea answers its token 401 (asked every
+    GRS_POLL_INTERVAL), its jobs go to the org's group."""
+    owner = f"o{uuid.uuid4().hex[:8]}"
+    repo = f"{owner}/widgets"
+    admin, former = Tenant("admin", frozenset({("org", owner)})), Tenant("former", frozenset({("repo", repo)}))
+    gitea = TenantGitea({API_TOKEN: admin, "stale": former})
+    url = _url(await aiohttp_server(gitea.app()))
+    stale = tenant_namespace(kube, "a", api="stale", reg="a-registration-token-gitea-forgot")
+    org = tenant_namespace(kube, "b", api=API_TOKEN)
+    create_group(kube, stale, "ci", scope="repo", repo=repo, org=None, gitea={"url": url}, defaultLabels=[])
+    create_group(kube, org, "ci", scope="org", org=owner, gitea={"url": url}, defaultLabels=[])
+    options: dict[str, Any] = {"prover": None, "gitea_url": url, "poll_interval": 1}
+    async with running_controller(kube.kubeconfig, redis_server.url, f"{stale},{org}", **options) as controller:
+        await eventually(lambda: condition_is(kube, stale, "ci", "ScopeProven", "Proven"))
+        gitea.revoke("stale")
+        revoked = await eventually(lambda: condition_is(kube, stale, "ci", "ScopeProven", "TokenCannotAdminister"))
+        await queue(redis, 352, labels=["k8s"], repo=repo)
+        (job,) = await eventually(lambda: runner_jobs(kube, org))
+        await passes(controller)
+        assert runner_jobs(kube, stale) == []
+        assert creates_refused(controller, f"{stale}/ci") == 0, "never given the job: it did not even try"
+    assert job["metadata"]["annotations"][JOB_ID_ANNOTATION] == "352"
+    assert "HTTP 401" in revoked["message"], revoked
+
+
+async def test_a_repo_group_whose_registrations_gitea_refuses_gives_its_jobs_to_the_org_group(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    """A repository group whose API token still administers its scope, but whose registration token
+    Gitea refuses: it is demoted as soon as its create is refused, and its job falls back to the org's
+    group. Alone, it would still be given the job (no group else can run it)."""
+    owner = f"o{uuid.uuid4().hex[:8]}"
+    repo = f"{owner}/widgets"
+    refused, org = tenant_namespace(kube, "a", api=API_TOKEN, reg="refused-registration"), namespace(kube)
+    create_group(kube, refused, "ci", scope="repo", repo=repo, org=None, defaultLabels=[])
+    create_group(kube, org, "ci", scope="org", org=owner, defaultLabels=[])
+    await queue(redis, 353, labels=["k8s"], repo=repo)
+    async with running_controller(kube.kubeconfig, redis_server.url, f"{refused},{org}") as controller:
+        said = await eventually(lambda: _runners_admitted(kube, refused, "ci", "RegistrationRefused"))
+        (job,) = await eventually(lambda: runner_jobs(kube, org))
+        await passes(controller)
+        assert runner_jobs(kube, refused) == []
+        assert creates_refused(controller, f"{refused}/ci") == 1, "refused once, then its job went elsewhere"
+    assert job["metadata"]["annotations"][JOB_ID_ANNOTATION] == "353"
+    assert f"Secret {refused}/gitea, key reg" in said["message"]
+
+
+async def test_a_namespace_the_admin_pinned_to_its_owners_cannot_serve_another(
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis
+) -> None:
+    """GRS_NAMESPACE_OWNERS pins each namespace to the Gitea owners it may serve: a group of the namespace
+    naming another owner is InvalidSpec naming the setting and gets no job; one naming its own runs."""
+    ns = namespace(kube)
+    mine, theirs = f"m{uuid.uuid4().hex[:8]}", f"t{uuid.uuid4().hex[:8]}"
+    create_group(kube, ns, "theirs", scope="repo", repo=f"{theirs}/widgets", org=None, defaultLabels=[])
+    create_group(kube, ns, "mine", scope="org", org=mine.upper(), defaultLabels=[])
+    await queue(redis, 354, labels=["k8s"], repo=f"{theirs}/widgets")
+    await queue(redis, 355, labels=["k8s"], repo=f"{mine}/widgets")
+    options: dict[str, Any] = {"namespace_owners": f"{ns}={mine}|someone-else"}
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, **options) as controller:
+        refused = await eventually(lambda: condition_is(kube, ns, "theirs", "Ready", "InvalidSpec"))
+        (job,) = await eventually(lambda: runner_jobs(kube, ns))
+        await passes(controller)
+        assert len(runner_jobs(kube, ns)) == 1
+    assert job["metadata"]["labels"][GROUP_LABEL] == "mine"
+    assert f"spec.repo {theirs}/widgets: namespace {ns} may serve only the Gitea owners" in refused["message"]
+    assert "GRS_NAMESPACE_OWNERS" in refused["message"], refused
