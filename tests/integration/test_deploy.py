@@ -26,6 +26,7 @@ from redis.asyncio import Redis
 
 from reconciler.kube import crd_apply, secrets
 from reconciler.kube.crd import crd
+from reconciler.settings import Settings as ReconcilerSettings
 from tests.e2e.node_stack import wait_for
 from tests.groups import spec_dict
 from tests.integration.test_reconciler import (
@@ -42,6 +43,7 @@ from tests.integration.test_reconciler import (
 from tests.kube_cluster import KubeCluster, api_request, peer, runner_of
 from tests.kube_schemas import write_schemas
 from tests.redis_server import RedisServer, free_port, wait_port
+from webhook_scaler.config import load
 from webhook_scaler.settings import Settings as ReceiverSettings
 
 pytestmark = pytest.mark.kube
@@ -85,6 +87,7 @@ def test_helm_lint(values: Path) -> None:
         pytest.param(("webhook.path=no-slash",), "path", id="bad-path"),
         pytest.param(("unknownKey=1",), "unknownKey", id="unknown-value"),
         pytest.param(("global.imageRegistry=https://mirror",), "imageRegistry", id="registry-with-scheme"),
+        pytest.param(("gitea.url=gitea.example.com",), "/gitea/url", id="default-gitea-without-scheme"),
     ],
 )
 def test_values_schema_rejects_bad_values(sets: tuple[str, ...], message: str) -> None:
@@ -211,6 +214,23 @@ def test_named_gitea_instances_reach_both_processes_as_their_settings_read_them(
         "second": "https://gitea-b.example",
     }
     assert not [d for d in render("ci") if d["kind"] == "Deployment" and "GRS_GITEA_INSTANCES" in _env(d)]
+
+
+def _reconciler_settings(*sets: str) -> ReconcilerSettings:
+    """The reconciler's settings as it reads its rendered env (the values it has, not those from references)."""
+    (doc,) = [d for d in render("ci", sets=sets) if _is_reconciler(d)]
+    env = {e["name"]: e["value"] for e in doc["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e}
+    return load(ReconcilerSettings, env)
+
+
+def test_the_default_gitea_instance_reaches_the_reconciler_and_unset_is_the_one_unnamed_allowed_url() -> None:
+    chosen = _reconciler_settings("gitea.url=https://gitea.example.com", "giteaURLs={https://a.example}")
+    assert chosen.default_gitea == "https://gitea.example.com"
+    named = ("giteaURLs={https://a.example,https://b.example}", "giteaInstances.second=https://b.example")
+    assert _reconciler_settings(*named).default_gitea == "https://a.example"
+    assert _reconciler_settings().default_gitea == ""
+    docs = [d for d in render("ci", sets=("gitea.url=https://gitea.example.com",)) if d["kind"] == "Deployment"]
+    assert [d["metadata"]["name"] for d in docs if "GRS_GITEA_URL" in _env(d)] == [RECONCILER]  # not the receivers'
 
 
 def test_numbers_render_as_the_settings_parser_reads_them() -> None:
