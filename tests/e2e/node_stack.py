@@ -354,6 +354,7 @@ def start_stack(workdir: Path, *, node: NodeCluster, redis: RedisServer, **recon
     try:
         prefix = f"node{uuid.uuid4().hex[:6]}"
         env = {"GRS_REDIS_PREFIX": prefix, "GRS_POLL_INTERVAL": "3", "GRS_POLL_JITTER": "0", **reconciler_env}
+        env.setdefault("GRS_GITEA_URL", gitea.url)  # the default instance: the Gitea its groups name
         receiver, port, reconciler, metrics = our_services(
             workdir, redis_url=redis.url, kubeconfig=node.kubeconfig, namespace="", secret=SECRET, **env
         )

@@ -126,6 +126,7 @@ def stack(kube: KubeCluster, redis_server: RedisServer, tmp_path_factory: pytest
         GRS_POLL_ENABLED="false",
         GRS_POLL_INTERVAL="3",
         GRS_POLL_JITTER="0",
+        GRS_GITEA_URL=gitea.url,
     )
     receiver.env["GRS_REDIS_PREFIX"] = reconciler.env["GRS_REDIS_PREFIX"]
     receiver.start(port=port)

@@ -191,8 +191,8 @@ def release(node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
     assert api_request(node, "POST", "/api/v1/persistentvolumes", volume)[0] == 201
     home = work / "helm-home"
     registry, chart = published(work, helm_home(home))
-    sets = [f"global.imageRegistry={registry.address}", "webhook.service.type=NodePort"]
     gitea, token = start_gitea(work)
+    sets = [f"global.imageRegistry={registry.address}", "webhook.service.type=NodePort", f"gitea.url={gitea.url}"]
     try:
         stack = chart_stack(node, gitea, token)  # the receivers' URL is known once the Service has its node port
         rel = Release(node=node, home=home, stack=stack, sets=sets, chart=chart)

@@ -4,7 +4,7 @@ The previous release is the chart and the image of the commit in tests/images/pr
 chart from git, the image built from that commit's files by tests/images/build.sh), installed as a
 user installed it then, its image in the node's registry. A job starts on one of its runners and is
 held on a gate (a TCP port on the node the test opens only at the end). Then `helm upgrade` to this
-release, published as users get it (`oci://`, only the registry's address set): the CRD is brought up
+release, published as users get it (`oci://`, the registry's address and `gitea.url` set): the CRD is brought up
 to date by the chart's hook (this version's status field is served and written), the new reconciler
 takes over, the busy runner keeps running (same Job, same Pod, never restarted), the job succeeds once
 the gate opens, and no second runner was ever started for it.
@@ -130,10 +130,11 @@ def test_an_upgrade_keeps_the_busy_runner_and_serves_the_new_crd(
         (runner_job,) = _runner_jobs(stack)
         (runner_pod,) = [p for p in stack.pods(NS) if GROUP_LABEL in p["metadata"]["labels"]]
 
-        # This release, as users get it: from the registry, with only its address set.
+        # This release, as users get it: from the registry, with its address set and the Gitea the install
+        # serves (gitea.url, which the previous release did not ask for: docs/operations.md#upgrading).
         helm("upgrade", RELEASE, *chart, "-n", NS, "--reset-values", "--wait", "--timeout", "5m",
              "--set", f"global.imageRegistry={registry.address}", "--set", "redis.persistence.enabled=false",
-             "--set", "webhook.service.type=NodePort")  # fmt: skip
+             "--set", "webhook.service.type=NodePort", "--set", f"gitea.url={gitea.url}")  # fmt: skip
 
         # The CRD is this version's, and the new reconciler (now the only one) writes its new field.
         assert "waitingJobs" in json.dumps(_get(node, CRD)["spec"]["versions"][0]["schema"])
