@@ -42,6 +42,15 @@ def parse_duration(text: str) -> int:
     return h * 3600 + m * 60 + s
 
 
+def _without_nulls(value: Any) -> Any:
+    """`value` with every object's null fields left out, at any depth."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
 def _sets_host(arg: str) -> bool:
     return arg == "--host" or arg.startswith("--host=")
 
@@ -202,6 +211,13 @@ class RunnerGroupSpec(_Spec):
         if data.get("scope") == "repo" and isinstance(repo, str) and "/" not in repo and isinstance(owner, str):
             data["repo"] = f"{owner}/{repo}"
         return data
+
+    @field_validator("pod_template")
+    @classmethod
+    def _unset_nulls(cls, template: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A null field of the podTemplate is unset, as the API server reads one (a null in a list is not:
+        the pod schema refuses it)."""
+        return None if template is None else _without_nulls(template)
 
     @model_validator(mode="after")
     def _scope_target(self) -> RunnerGroupSpec:
