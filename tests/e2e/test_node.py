@@ -268,6 +268,28 @@ def test_a_group_deleted_during_a_job_lets_it_finish_then_goes_with_every_runner
     assert any('"drain"' in line for line in deleted), "the warm one was deleted, drained"
 
 
+def test_a_group_deleted_with_its_token_secret_goes_and_gitea_keeps_no_row(stack: NodeStack) -> None:
+    """GitOps deletes a RunnerGroup and its token Secret at once while the group has a warm runner. The
+    Secret cannot be read any more; the controller drains the group with the API token it last read: the
+    warm runner is disabled and deleted with its row, and the group goes, well within GRS_DRAIN_TIMEOUT."""
+    ns, label = stack.namespace("gitops"), new_label()
+    stack.group(ns, label, minIdleRunners=1)
+    (warm,) = wait_for(lambda: stack.runners_with(label), timeout=60, what="a warm runner registered in Gitea")
+    path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/runners"
+    assert api_request(stack.node, "DELETE", f"/api/v1/namespaces/{ns}/secrets/{TOKENS}")[0] == 200
+    assert api_request(stack.node, "DELETE", path)[0] == 200
+    wait_for(lambda: api_request(stack.node, "GET", path)[0] == 404, timeout=60, what="the group gone, drained")
+    assert not stack.runners_with(label), "Gitea lists no runner of the group"
+    _, events = api_request(stack.node, "GET", f"/api/v1/namespaces/{ns}/events")
+    assert not [e for e in events["items"] if e["reason"] in ("DrainAbandoned", "DrainTimedOut")], events
+    rows = [
+        json.loads(line)
+        for line in stack.our_log("reconciler").splitlines()
+        if '"runner row deleted in gitea"' in line and warm["name"] in line
+    ]
+    assert [(r["reason"], r["id"]) for r in rows] == [("drain", warm["id"])], "the drain deleted its row"
+
+
 def test_scale_down_while_jobs_keep_arriving_never_costs_a_job(stack: NodeStack) -> None:
     """Jobs keep arriving, one to three at a time, while the group's warm pool goes from three runners to
     none and back, and a surplus idle runner goes after 2 s: each scale-down races with Gitea handing out
