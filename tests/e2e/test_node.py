@@ -14,13 +14,15 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import redis
 
 from bench.node import measure
 from reconciler.model.names import job_of_runner
-from tests.e2e.node_stack import SECRET, TOKENS, NodeStack, wait_for, workflow
+from tests.e2e.harness import ADMIN
+from tests.e2e.node_stack import ORG, SECRET, TOKENS, NodeStack, wait_for, workflow
 from tests.e2e.watch import RunnerWatch, finished
 from tests.kube_cluster import api_request, api_text, runner_of
 from tests.node.cluster import image
@@ -472,6 +474,112 @@ def test_a_wrong_registration_token_starts_no_runner_says_so_within_seconds_and_
     assert stack.wait_run(repo, run_id, timeout=120)["conclusion"] == "success"
     wait_for(
         lambda: stack.condition(ns, "RunnersAdmitted").get("status") == "True",
+        timeout=30,
+        what="RunnersAdmitted True again",
+    )
+
+
+def only_api_token(stack: NodeStack, ns: str) -> None:
+    """The namespace's Secret holds the API token alone: no registration token anywhere in it."""
+    secret = {"metadata": {"name": TOKENS}, "stringData": {"api-token": stack.gitea.token}}
+    status, body = api_request(stack.node, "PUT", f"/api/v1/namespaces/{ns}/secrets/{TOKENS}", secret)
+    assert status == 200, body
+
+
+def user_repo(stack: NodeStack) -> str:
+    """A new repository of the API token's user (the Gitea's admin), with a `workflow_job` webhook."""
+    name = f"u{uuid.uuid4().hex[:6]}"
+    stack.gitea.api("POST", "/user/repos", {"name": name, "auto_init": True, "default_branch": "main"})
+    config = {"url": stack.receiver_url, "content_type": "json", "secret": stack.webhook_secret}
+    hook = {"type": "gitea", "active": True, "events": ["workflow_job"], "config": config}
+    stack.gitea.api("POST", f"/repos/{ADMIN}/{name}/hooks", hook)
+    return f"{ADMIN}/{name}"
+
+
+def user_runners_with(stack: NodeStack, label: str) -> list[dict[str, Any]]:
+    """The API token's user's runners that carry a label, as Gitea lists them."""
+    runners = stack.gitea.api("GET", "/user/actions/runners?limit=50")["runners"] or []
+    return [r for r in runners if label in {lb["name"] for lb in r.get("labels") or []}]
+
+
+def _conditions(stack: NodeStack, ns: str, name: str) -> dict[str, dict[str, Any]]:
+    """The group's conditions by type, from one read of its status."""
+    return {c["type"]: c for c in stack.group_status(ns, name).get("conditions") or []}
+
+
+def test_a_group_with_no_registration_token_at_all_runs_an_org_job_green_and_leaves_no_row(stack: NodeStack) -> None:
+    """One token: the group names no `registrationToken`, and its namespace holds none. The reconciler
+    fetches the org's registration token with the group's API token and registers the runner itself;
+    the job goes green, Gitea keeps no row of the runner, and the token is nowhere in our logs."""
+    ns, label = stack.namespace("onetoken"), new_label()
+    only_api_token(stack, ns)
+    stack.group(ns, label, registrationToken=None)
+    repo = stack.repo()
+    run_id = stack.push(repo, workflow("solo", label=label))
+
+    run = stack.wait_run(repo, run_id)
+
+    assert run["conclusion"] == "success", stack.jobs(repo, run_id)
+    wait_for(lambda: not stack.active_runners(ns), timeout=60, what="the runner Job finished")
+    wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
+    assert stack.condition(ns, "RunnersAdmitted")["status"] == "True"
+    org_token = stack.gitea.api("POST", f"/orgs/{ORG}/actions/runners/registration-token")["token"]
+    assert org_token == stack.registration_token, "fetching it rotated nothing"
+    assert org_token not in stack.our_log("reconciler")
+
+
+def test_a_user_scope_group_with_only_its_api_token_runs_a_job_of_that_users_repo_green(stack: NodeStack) -> None:
+    """A group of the user the API token is of, with that token alone: its runners register with the
+    user's own registration token (fetched from `/user/actions/runners/registration-token`), so Gitea
+    hands them the user's jobs: the job goes green, and the user keeps no runner row of the group."""
+    ns, label = stack.namespace("userscope"), new_label()
+    only_api_token(stack, ns)
+    stack.group(ns, label, scope="user", user=ADMIN, org=None, registrationToken=None)
+    repo = user_repo(stack)
+    run_id = stack.push(repo, workflow("mine", label=label))
+
+    run = stack.wait_run(repo, run_id)
+
+    assert run["conclusion"] == "success", stack.jobs(repo, run_id)
+    wait_for(lambda: not stack.active_runners(ns), timeout=60, what="the runner Job finished")
+    wait_for(lambda: not user_runners_with(stack, label), timeout=30, what="the user keeps no runner of the group")
+    assert not stack.runners_with(label), "no org runner was made"
+
+
+def test_a_user_group_handed_an_org_token_keeps_no_runner_idle_and_names_both_scopes(stack: NodeStack) -> None:
+    """A user group whose Secret holds the org's registration token (as our examples once had it): its
+    runner registered as an org runner, which Gitea never hands the user's job. Within seconds the
+    group says so, naming both scopes; that runner's row is gone and no other is registered with the
+    token, so no runner sits idle and no Pod starts. Without the `registrationToken` the job goes green."""
+    ns, label = stack.namespace("mismatch"), new_label()
+    name = f"user-{label}"
+    stack.group(ns, label, name=name, scope="user", user=ADMIN, org=None)
+    repo = user_repo(stack)
+    run_id = stack.push(repo, workflow("waits", label=label))
+
+    conditions = wait_for(
+        lambda: (c := _conditions(stack, ns, name)).get("RunnersAdmitted", {}).get("status") == "False" and c,
+        timeout=30,
+        what="RunnersAdmitted False",
+    )
+
+    admitted, ready = conditions["RunnersAdmitted"], conditions["Ready"]
+    assert admitted["reason"] == ready["reason"] == "RegistrationScopeMismatch", conditions
+    assert f"the group's scope (user {ADMIN})" in admitted["message"], admitted
+    assert f"registered in org {ORG}; its row was deleted through org {ORG}" in admitted["message"], admitted
+    assert stack.registration_token not in admitted["message"] and TOKENS in admitted["message"]
+    assert not stack.runner_jobs(ns) and not stack.pods(ns), "nothing was started"
+    assert not stack.runners_with(label) and not user_runners_with(stack, label), "no runner row is left"
+    assert [j["status"] for j in stack.jobs(repo, run_id)] == ["queued"], "the Gitea job waits"
+    outside = [ln for ln in stack.our_log("reconciler").splitlines() if "outside its group's scope" in ln]
+    assert len([ln for ln in outside if f'"{name}-' in ln]) == 1, "one runner registered with it, not one a pass"
+
+    path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/{name}"
+    patch = {"spec": {"registrationToken": None}}
+    assert api_request(stack.node, "PATCH", path, patch, content_type="application/merge-patch+json")[0] == 200
+    assert stack.wait_run(repo, run_id)["conclusion"] == "success", stack.jobs(repo, run_id)
+    wait_for(
+        lambda: stack.condition(ns, "RunnersAdmitted", name=name).get("status") == "True",
         timeout=30,
         what="RunnersAdmitted True again",
     )
