@@ -72,6 +72,9 @@ class Scheduler:
         if state.task is not None and not state.task.done():
             state.again = True
             return
+        if self._overdue(group, state):
+            state.task = asyncio.create_task(self._give_up(group, state))
+            return
         if state.stopped is not None:
             if state.stopped[0] == _version(group):
                 return  # a permanent error: nothing changes until the group does
@@ -83,6 +86,24 @@ class Scheduler:
             return  # nothing the last pass started from has changed: it would decide the same
         state.due = False
         state.task = asyncio.create_task(self._run(group, spec, problem, demand, state, inputs))
+
+    def _overdue(self, group: GroupObject, state: GroupState) -> bool:
+        """A deleted group past its drain deadline (`GRS_DRAIN_TIMEOUT`) whose passes fail, so the pass's own
+        check of the deadline (`drain`) is never reached: its finalizer goes here."""
+        late_ms = self.clock() * 1000 - self.settings.drain_timeout * 1000
+        failing = state.stopped is not None or state.backoff > 0
+        return group.deleting and 0 < group.deleted_ms < late_ms and failing and drain.FINALIZER in group.finalizers
+
+    async def _give_up(self, group: GroupObject, state: GroupState) -> None:
+        message = (
+            f"Drain timed out ({int(self.settings.drain_timeout)} s after the deletion) while its passes failed:"
+            f" {state.last_error}. Its runners are left to garbage collection and their rows to Gitea."
+        )
+        try:
+            await self.kube.event(group.ref, kind="Warning", reason="DrainTimedOut", message=message)
+            await drain.let_go(self.kube, group)
+        except Exception as exc:  # the next round tries again
+            log.warning("letting a timed-out group go failed", extra={"group": group.name, "error": repr(exc)})
 
     def due(self, changes: list[tuple[int, str, str]], group_of_runner: Mapping[str, tuple[str, str]]) -> None:
         """Runners took or finished jobs (the stream's `changes`): their groups' next passes may not
