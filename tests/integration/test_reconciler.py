@@ -424,15 +424,20 @@ async def test_two_reconcilers_never_start_two_runners_for_one_job(
         await queue(redis, i, labels=[])
     for i in range(100, 110):
         await queue(redis, i, labels=[], repo="acme/narrow")
+    registrar = FakeRegistrar(tokens={REG_TOKEN})  # both replicas register through it: Gitea's one view
     async with (
-        running_controller(kube.kubeconfig, redis_server.url, ns) as one,
-        running_controller(kube.kubeconfig, redis_server.url, ns) as two,
+        running_controller(kube.kubeconfig, redis_server.url, ns, registrar=registrar) as one,
+        running_controller(kube.kubeconfig, redis_server.url, ns, registrar=registrar) as two,
     ):
         await eventually(lambda: len(runner_jobs(kube, ns)) >= 34, timeout=30)
         await passes(one, two)
         jobs = runner_jobs(kube, ns)
     ids = [j["metadata"]["annotations"][JOB_ID_ANNOTATION] for j in jobs]
     assert len(ids) == len(set(ids)) == 34
+    # Names are deterministic, so a double claim would show as a 409 on the create, not as a second Job:
+    # the runners Gitea registered tell. One each, and each one a runner Job's.
+    registered = sorted(name for _, name, _ in registrar.registered)
+    assert registered == sorted(runner_of(j) for j in jobs), "a job got a second runner registered in Gitea"
     narrow = [j for j in jobs if j["metadata"]["labels"][GROUP_LABEL] == "narrow"]
     assert len(narrow) == 4  # maxActiveRunners held across both replicas
     assert {int(j["metadata"]["annotations"][JOB_ID_ANNOTATION]) for j in narrow} <= set(range(100, 110))
