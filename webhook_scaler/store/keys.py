@@ -5,7 +5,8 @@ that touches several is legal there.
 
 | key                              | type   | holds                                                | expires           |
 |----------------------------------|--------|------------------------------------------------------|-------------------|
-| `{p}:job:{job_id}`               | hash   | state, rank, labels, owner, repo, times, runner      | job/completed TTL |
+| `{p}:job:{job_id}`               | hash   | state, rank, labels, owner, repo, times, runner, and | job/completed TTL |
+|                                  |        | `confirmed` once a poll listed it under that repo    |                   |
 | `{p}:delivery:{delivery_id}`     | string | seen marker for X-Gitea-Delivery                     | delivery TTL      |
 | `{p}:queued`                     | zset   | every queued job id, scored by queued time (ms)      | pruned at job TTL |
 | `{p}:queued:owner:{owner}`       | zset   | queued job ids of one owner (org or user)            | pruned at job TTL |

@@ -9,6 +9,11 @@ What webhooks cannot settle (a lost event, a rerun of a never-picked job) the re
 settles: Gitea's answer wins over a record older than the poll. A queued job the listings no longer
 show is marked `gone` only when two complete listings in a row missed it. Owner and repository
 names are compared case-insensitively, as Gitea does, and stored lower-case.
+
+Whose repository a job id is (ids are one sequence per Gitea, so a webhook can name an id not used
+yet, a squat): a poll's listing moves the id to the repository it lists, whatever the states; until
+a poll listed it, a job's first webhook (`queued` or `waiting`) naming another repository moves it
+too, and no other webhook does (see `scripts.RECORD`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ import copy
 import json
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, cast
 
 from redis.asyncio import Redis
@@ -25,26 +29,11 @@ from redis.asyncio import Redis
 from webhook_scaler.gitea import JobStatus
 from webhook_scaler.store.batching import ScriptBatch
 from webhook_scaler.store.jobs.model import ALL, JobUpdate, Observation, QueuedJob, Scope
+from webhook_scaler.store.jobs.rows import QUEUED_FIELDS, Outcome, RecordResult, queued_job, record_result
 from webhook_scaler.store.jobs.scripts import DROP, LISTED, QUEUED, RECORD
 from webhook_scaler.store.keys import Keys, text
 
-
-class Outcome(StrEnum):
-    """What recording one event did."""
-
-    APPLIED = "applied"
-    DUPLICATE = "duplicate"  # this delivery id was recorded before
-    STALE = "stale"  # older than what is stored: changes nothing
-    CONFLICT = "conflict"  # the job is recorded for another repository: changes nothing
-
-
-@dataclass(frozen=True, slots=True)
-class RecordResult:
-    """The outcome of recording one update, and the job's state before and after."""
-
-    outcome: Outcome
-    previous: str | None
-    state: str | None
+__all__ = ["JobStore", "Outcome", "RecordResult", "Ttls", "queued_job"]  # the results' types are `rows`'
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,29 +46,7 @@ class Ttls:
     stream_maxlen: int = 10_000
 
 
-_QUEUED_FIELDS = (
-    *("state", "labels", "owner", "repo", "name", "run_id", "attempt"),
-    *("queued_ms", "listed_ms", "missed", "aged"),
-)
-
-
-def queued_job(job_id: bytes | str, row: Sequence[bytes | None]) -> QueuedJob:
-    """A queued job from its row (`JobStore.job_rows`: its `_QUEUED_FIELDS` and its claim's holder)."""
-    f = [None if v is None else text(v) for v in row]
-    return QueuedJob(
-        job_id=int(job_id),
-        labels=tuple(json.loads(f[1] or "[]")),
-        owner=f[2] or "",
-        repo=f[3] or "",
-        name=f[4] or "",
-        run_id=int(f[5] or 0),
-        attempt=int(f[6] or 0),
-        queued_ms=int(f[7] or 0),
-        claimed_by=f[11] if len(f) > 11 else None,
-        listed_ms=int(f[8]) if f[8] else None,
-        missed=f[9] is not None,
-        aged=f[10] is not None,
-    )
+_MOVES = 3  # attempts at moving a job id whose record other moves keep moving meanwhile
 
 
 class JobStore:
@@ -114,7 +81,8 @@ class JobStore:
         """Apply one observed job state atomically; idempotent and monotonic (see `model`).
 
         `polled_since_ms` (Redis' clock, from `now_ms`) marks an update from a poll that began then: it
-        also replaces a record older than the poll whatever their ranks.
+        also replaces a record older than the poll whatever their ranks, and a record of another
+        repository whatever its age (`RecordResult.moved`).
         """
         k = self.keys
         keys = [
@@ -130,13 +98,15 @@ class JobStore:
             k.runner(update.runner_name or ""),
         ]
         packed = self._packed(update, polled_since_ms) | {"delivered": bool(delivery_id)}
-        reply = await self._record(keys=keys, args=[json.dumps(packed)])
-        parts = [text(p) for p in reply]
-        return RecordResult(
-            outcome=Outcome(parts[0]),
-            previous=parts[1] or None,
-            state=parts[2] if len(parts) > 2 else (parts[1] or None),
-        )
+        from_repo = update.repo
+        for _ in range(_MOVES):  # a move learns the recorded repository first: its indexes are KEYS too
+            indexes = k.indexes(from_repo.split("/", 1)[0], from_repo)[1:]
+            reply = await self._record(keys=[*keys, *indexes], args=[json.dumps(packed | {"from_repo": from_repo})])
+            if text(reply[0]) != "move":
+                return record_result(reply)
+            from_repo = text(reply[2])
+        state = text(reply[1]) or None
+        return RecordResult(Outcome.CONFLICT, state, state, reason="moving")
 
     def _packed(self, update: JobUpdate, polled_since_ms: int) -> dict[str, Any]:
         return {
@@ -187,7 +157,7 @@ class JobStore:
             if update.state is JobStatus.QUEUED:
                 queued.append(self.keys.job(update.job_id))
             result = await self.record(update, polled_since_ms=polled_since_ms)
-            if result.outcome is Outcome.APPLIED and result.previous != JobStatus.QUEUED:
+            if result.outcome is Outcome.APPLIED and (result.previous != JobStatus.QUEUED or result.moved):
                 added += 1
         seen = None if repos is None else {r.lower() for r in repos}
         dropped = await self._drop_missing(scope, listed, polled_since_ms, seen) if complete else 0
@@ -253,7 +223,7 @@ class JobStore:
                 for job_id in ids[at : at + chunk]
                 for k in (self.keys.job(text(job_id)), self.keys.claim(text(job_id)))
             ]
-            rows += cast("list[list[bytes | None] | None]", await self._queued(keys=keys, args=list(_QUEUED_FIELDS)))
+            rows += cast("list[list[bytes | None] | None]", await self._queued(keys=keys, args=list(QUEUED_FIELDS)))
         return rows
 
     async def wait(self, last_id: str, *, block_ms: int) -> tuple[str, list[tuple[int, str, str]]]:

@@ -12,12 +12,22 @@ from __future__ import annotations
 from webhook_scaler.store.keys import NOW
 
 # KEYS: job, delivery (a key under the hash tag even when there is no delivery id), idx all, idx owner,
-#   idx repo, claim, stream, busy, done, observations, waiting, runner binding
-# A job recorded for one repository takes no webhook naming another ('conflict'); Gitea's own listing wins.
+#   idx repo, claim, stream, busy, done, observations, waiting, runner binding, then the owner and repo
+#   indexes of `from_repo`
+# Whose repository a job id is: Gitea's listing (a poll) moves the id to the repository it lists,
+# whatever the states and ranks. Until a poll listed it under its repository ('confirmed'), a job's
+# first webhook (`queued` or `waiting`) naming another repository moves it too, so a squat on an id
+# not used yet blocks no job; any other webhook naming another repository is refused ('conflict',
+# with why: 'listed' or 'started'). A moved id starts afresh: its old indexes and claim go, nothing of
+# the old record is kept. A move needs the old repository's indexes in KEYS: when `from_repo` is not
+# the recorded repository the script changes nothing and answers 'move' with it, for the caller to
+# call again with those keys.
 # A webhook naming a runner of ours bound to another owner (`Keys.runner`) says nothing about that runner.
 # ARGV[1]: one JSON object (one argument packs far faster than thirty): rank, state, ttl (s),
 #   delivered (a webhook delivery id is in KEYS[2]), delivery_ttl (s), maxlen, index_age (ms), poll_since
-#   (Redis ms, -1 = a webhook), id, fields
+#   (Redis ms, -1 = a webhook), id, from_repo, fields
+# Returns {'applied', previous state, state, '1' if moved}, {'duplicate' | 'stale', state},
+#   {'conflict', state, why} or {'move', state, the recorded repository}.
 RECORD = (
     NOW
     + """
@@ -25,12 +35,28 @@ local a = cjson.decode(ARGV[1])
 local job, dkey, id = KEYS[1], KEYS[2], a.id
 local rank, state = tonumber(a.rank), a.state
 local poll_since = tonumber(a.poll_since)
-local cur = redis.call('HMGET', job, 'rank', 'state', 'updated_ms', 'queued_ms', 'started_ms', 'runner', 'repo')
-if cur[7] and cur[7] ~= a.fields.repo and tonumber(a.poll_since) < 0 then return {'conflict', cur[2] or ''} end
+local cur = redis.call(
+  'HMGET', job, 'rank', 'state', 'updated_ms', 'queued_ms', 'started_ms', 'runner', 'repo', 'confirmed'
+)
+local moved = cur[7] ~= false and cur[7] ~= a.fields.repo
+if moved and poll_since < 0 then
+  if cur[8] then return {'conflict', cur[2] or '', 'listed'} end
+  if state ~= 'queued' and state ~= 'waiting' then return {'conflict', cur[2] or '', 'started'} end
+end
+if moved and cur[7] ~= a.from_repo then return {'move', cur[2] or '', cur[7]} end
 if a.delivered and redis.call('SET', dkey, '1', 'NX', 'EX', a.delivery_ttl) == false then
   return {'duplicate', cur[2] or ''}
 end
-if poll_since >= 0 then redis.call('HDEL', job, 'missed') end
+if moved then
+  redis.call('ZREM', KEYS[13], id)
+  redis.call('ZREM', KEYS[14], id)
+  redis.call('ZREM', KEYS[11], id)
+  redis.call('DEL', KEYS[6])
+  cur = {}
+elseif poll_since >= 0 and cur[1] then
+  redis.call('HDEL', job, 'missed')
+  redis.call('HSET', job, 'confirmed', '1')
+end
 local cur_rank = tonumber(cur[1])
 local apply = cur_rank == nil or rank > cur_rank
 if not apply and poll_since >= 0 and cur[2] ~= state and tonumber(cur[3]) < poll_since then
@@ -43,6 +69,10 @@ if a.fields.runner ~= '' and poll_since < 0 then
 end
 redis.call('DEL', job)
 local flat = {'rank', a.rank, 'state', state, 'updated_ms', now}
+if poll_since >= 0 or cur[8] then
+  flat[#flat + 1] = 'confirmed'
+  flat[#flat + 1] = '1'
+end
 for name, value in pairs(a.fields) do
   if value ~= '' then
     flat[#flat + 1] = name
@@ -102,7 +132,7 @@ elseif cur[2] == 'waiting' then
 end
 redis.call('EXPIRE', job, a.ttl)
 redis.call('XADD', KEYS[7], 'MAXLEN', '~', a.maxlen, '*', 'job', id, 'state', state, 'runner', runner)
-return {'applied', cur[2] or '', state}
+return {'applied', cur[2] or '', state, moved and '1' or ''}
 """
 )
 
