@@ -1,7 +1,8 @@
 """The receiver's aiohttp application: thin handlers over `delivery` (pure) and `store.jobs.records` (Redis).
 
 Owns: routes, the body size limit, and the mapping of typed errors to HTTP statuses (401 signature,
-400 payload, 413 size, 503 Redis). Must not parse or verify payloads itself, nor format Redis keys.
+403 owner, 400 payload or a job from the future, 409 another repository's job, 413 size, 503 Redis).
+Must not parse or verify payloads itself, nor format Redis keys.
 """
 
 from __future__ import annotations
@@ -73,22 +74,32 @@ async def webhook(request: web.Request) -> web.Response:
 
 
 async def _handle(request: web.Request) -> tuple[web.Response, str, str]:
-    settings, store, metrics = request.app[SETTINGS], request.app[STORE], request.app[METRICS]
-    body, keys = await _read_body(request, settings.max_body_bytes), request.app[KEYS]
+    settings, keys, now_s = request.app[SETTINGS], request.app[KEYS], request.app[CLOCK]()
+    body = await _read_body(request, settings.max_body_bytes)
     try:
         parsed = delivery.parse(body, headers=request.headers, secrets=keys)
     except delivery.DeliveryError as exc:
         return _refused(request, exc), "unknown", exc.reason
     if parsed.payload is None:
         return _json(200, outcome="ignored", event=parsed.event), parsed.event, "ignored"
-
+    try:
+        delivery.not_from_future(parsed.payload, now_s=now_s, skew_s=settings.clock_skew)
+    except delivery.DeliveryError as exc:
+        return _refused(request, exc), parsed.event, exc.reason
     update = JobUpdate.from_payload(parsed.payload)
     window = settings.window_s
-    if window and delivery.outside_window(parsed.payload, now_s=request.app[CLOCK](), window_s=window):
+    if window and delivery.outside_window(parsed.payload, now_s=now_s, window_s=window):
         if update.state is not JobStatus.QUEUED:  # a `waiting` only feeds a gauge: not worth a doubt
             log.debug("webhook about a job older than the replay window", extra={"job_id": update.job_id})
             return _json(200, outcome="too_old", job_id=update.job_id), parsed.event, "too_old"
         update = replace(update, aged=True)  # recorded, and started only once a poll confirms it
+    response, outcome = await _record(request, parsed, update)
+    return response, parsed.event, outcome
+
+
+async def _record(request: web.Request, parsed: delivery.Delivery, update: JobUpdate) -> tuple[web.Response, str]:
+    """Record the update; the answer, and the outcome to count."""
+    store, metrics = request.app[STORE], request.app[METRICS]
     written = time.perf_counter()
     try:  # the Redis client's socket timeouts (GRS_REDIS_TIMEOUT) bound this call
         result = await store.of(parsed.instance).record(update, delivery_id=parsed.delivery_id)
@@ -96,19 +107,32 @@ async def _handle(request: web.Request) -> tuple[web.Response, str, str]:
         log.warning("redis unavailable", extra={"error": type(exc).__name__, "job_id": update.job_id})
         response = _json(503, error="state store unavailable, not recorded")
         response.headers["Retry-After"] = "5"
-        return response, parsed.event, "redis_unavailable"
+        return response, "redis_unavailable"
     metrics.redis_write_seconds.observe(time.perf_counter() - written)
     if result.outcome is Outcome.APPLIED:
         metrics.jobs_recorded.labels(state=update.state.value).inc()
     if log.isEnabledFor(logging.DEBUG):
         log.debug("webhook recorded", extra=_recorded(parsed.delivery_id, update, result))
     if result.outcome is Outcome.CONFLICT:  # a delivery about another repository's job: nothing written
-        message = f"job {update.job_id} is recorded for another repository; not recorded"
-        return _json(409, error=message), parsed.event, result.outcome.value
+        return _json(409, error=_CONFLICTS[result.reason].format(job=update.job_id)), result.outcome.value
     body_out: dict[str, object] = {"outcome": result.outcome.value, "job_id": update.job_id, "state": result.state}
     if update.aged and result.outcome is Outcome.APPLIED:
         body_out["aged"] = True
-    return web.json_response(body_out), parsed.event, result.outcome.value
+    if result.moved:  # the id was recorded for another repository no poll had confirmed (whose is not said)
+        log.info("webhook moved a job id from another repository", extra={"job_id": update.job_id, "repo": update.repo})
+        body_out["moved"] = True
+        return web.json_response(body_out), "moved"
+    return web.json_response(body_out), result.outcome.value
+
+
+_CONFLICTS = {
+    "listed": "job {job} belongs to another repository, as Gitea's own listing shows; not recorded",
+    "started": (
+        "job {job} is recorded for another repository, and only a job's first delivery (queued or waiting) "
+        "may move it there; not recorded"
+    ),
+    "moving": "job {job} kept moving between repositories while this delivery was recorded; not recorded",
+}
 
 
 def _recorded(delivery_id: str | None, update: JobUpdate, result: RecordResult) -> dict[str, object]:

@@ -2,8 +2,9 @@
 
 Owns: the signature check (hex HMAC-SHA256 of the raw body in `X-Gitea-Signature`, or `sha256=` in
 `X-Hub-Signature-256`; SHA-1 is never accepted), which owners the secret that signed may speak for,
-the event and delivery-id headers, the form-encoded variant, parsing into `gitea` models, and telling
-a replay that no delivery id or record can tell any more (`outside_window`). Must
+the event and delivery-id headers, the form-encoded variant, parsing into `gitea` models, telling
+a replay that no delivery id or record can tell any more (`outside_window`), and refusing a job
+created in the future (`not_from_future`). Must
 not do I/O, log, or know about HTTP status codes: the aiohttp handler maps the errors raised here to
 statuses.
 """
@@ -57,6 +58,12 @@ class PayloadError(DeliveryError):
     """The body is not JSON, or not a payload of the shape its event promises."""
 
     reason = "bad_payload"
+
+
+class FromFutureError(PayloadError):
+    """About a job Gitea created later than now, by more than the clocks may disagree: not Gitea's."""
+
+    reason = "from_future"
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,3 +185,19 @@ def outside_window(payload: WorkflowJobPayload, *, now_s: float, window_s: float
         return False
     created = job.created_at if job.created_at.tzinfo else job.created_at.replace(tzinfo=UTC)
     return now_s - created.timestamp() > window_s
+
+
+def not_from_future(payload: WorkflowJobPayload, *, now_s: float, skew_s: float) -> None:
+    """FromFutureError if Gitea created the job more than `skew_s` seconds after `now_s`
+    (`GRS_CLOCK_SKEW`): no job is delivered before it exists, so such a delivery is forged, or a clock
+    is wrong. It would also never age past the replay window. A delivery without `created_at` is not judged."""
+    created = payload.workflow_job.created_at
+    if created is None:
+        return
+    ahead = (created if created.tzinfo else created.replace(tzinfo=UTC)).timestamp() - now_s
+    if ahead > skew_s:
+        raise FromFutureError(
+            f"job {payload.workflow_job.id}'s created_at is {ahead:.0f} s ahead of this receiver's clock, more than "
+            f"GRS_CLOCK_SKEW ({skew_s:.0f} s) allows: no job is delivered before Gitea created it (check Gitea's and "
+            "this host's clocks); not recorded"
+        )

@@ -115,6 +115,16 @@ class Settings(RedisSettings):
             "replays of it change nothing anyway."
         ),
     )
+    clock_skew: int = Field(
+        300,
+        ge=0,
+        le=3600,
+        description=(
+            "Seconds Gitea's clock may run ahead of this receiver's. A delivery about a job whose created_at lies "
+            "further in the future is refused (400) and changes nothing: no job is delivered before Gitea created it, "
+            "so it is forged (a job id not used yet) or a clock is wrong."
+        ),
+    )
     max_body_bytes: int = Field(1024 * 1024, ge=1024, description="Larger bodies get 413.")
     shutdown_timeout: float = Field(10.0, ge=0, description="Seconds to finish requests on SIGTERM.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")

@@ -22,8 +22,8 @@ from tests.jobs import gitea_time, model, payload, signed, stored
 from tests.redis_server import RedisServer
 from webhook_scaler.app import create_app
 from webhook_scaler.settings import Settings
-from webhook_scaler.store.jobs.model import ALL, JobUpdate
-from webhook_scaler.store.jobs.records import JobStore, Outcome
+from webhook_scaler.store.jobs.model import ALL, JobUpdate, Scope
+from webhook_scaler.store.jobs.records import JobStore
 
 Client = TestClient[web.Request, web.Application]
 MakeClient = Callable[[web.Application], Awaitable[Client]]
@@ -302,19 +302,93 @@ async def test_a_secret_bound_to_owners_speaks_for_theirs_only_and_no_delivery_m
     assert (await foreign.json())["error"] == "this webhook secret may not speak for the repositories of acme"
     hijack = await deliver(payload("completed", job_id=7, repo="evil/tools"), "evil-secret")
     assert hijack.status == 409, await hijack.text()
-    assert (await hijack.json())["error"] == "job 7 is recorded for another repository; not recorded"
+    assert (await hijack.json())["error"] == (
+        "job 7 is recorded for another repository, and only a job's first delivery (queued or waiting) "
+        "may move it there; not recorded"
+    )
     assert await redis.hgetall("{grs}:job:7") == before
     assert await redis.zcard("{grs}:done") == 0, "no runner was reported done"
     assert (await deliver(payload("queued", job_id=8, repo="evil/tools"), "evil-secret")).status == 200
     assert await metric(client, "grs_webhook_signature_failures_total", reason="foreign_owner") == 1
-    # evil squats a job id before acme's job exists; acme's own webhook is refused, but Gitea's listing
-    # (the poller's) is the truth and takes the job back for acme.
-    assert (await deliver(payload("in_progress", job_id=9, repo="evil/tools"), "evil-secret")).status == 200
-    assert (await deliver(payload("queued", job_id=9, repo="acme/widgets"), "acme-secret")).status == 409
+    # evil squats a job id with `queued` before acme's job exists, and acme's own delivery is lost:
+    # Gitea's listing (the poller's) is the truth and takes the job back for acme.
+    assert (await deliver(payload("queued", job_id=9, repo="evil/tools", attempt=3), "evil-secret")).status == 200
     store = JobStore(redis)
     polled = JobUpdate.from_payload(model("queued", job_id=9, repo="acme/widgets"))
-    assert (await store.record(polled, polled_since_ms=await store.now_ms())).outcome is Outcome.APPLIED
+    since = await store.now_ms()
+    assert await store.sync_polled(Scope("owner", "acme"), [polled], polled_since_ms=since, complete=True) == (1, 0)
     assert [(j.job_id, j.repo) for j in await store.queued(ALL)] == [(8, "evil/tools"), (9, "acme/widgets")]
+    assert [j.job_id for j in await store.queued(Scope("owner", "evil"))] == [8]
+
+
+async def test_a_squat_blocks_no_job_and_a_poll_settles_whose_id_it_is(
+    aiohttp_client: MakeClient, redis: Redis
+) -> None:
+    """evil squats job id 9 with `queued` in its own repository. acme's job 9 is created: its `queued`
+    takes the id (200, `"moved": true`, counted), without naming evil's repository. Once acme's poll
+    listed 9, evil's `queued` about it is refused 409 and changes nothing."""
+    app = create_app(
+        Settings(webhook_secrets=["@acme acme-secret", "@evil evil-secret"]), redis=redis, registry=CollectorRegistry()
+    )
+    client = await aiohttp_client(app)
+
+    async def deliver(body: dict[str, Any], secret: str) -> Any:
+        raw, headers = signed(body, secret=secret)
+        return await client.post("/webhook", data=raw, headers=headers)
+
+    assert (await deliver(payload("queued", job_id=9, repo="evil/tools", attempt=3), "evil-secret")).status == 200
+    taken = await deliver(payload("queued", job_id=9, repo="acme/widgets"), "acme-secret")
+    body = await taken.json()
+    assert (taken.status, body) == (200, {"outcome": "applied", "job_id": 9, "state": "queued", "moved": True})
+    assert await metric(client, "grs_webhook_deliveries_total", outcome="moved") == 1
+    store = JobStore(redis)
+    assert [(j.job_id, j.repo) for j in await store.queued(ALL)] == [(9, "acme/widgets")]
+    listed = [JobUpdate.from_payload(model("queued", job_id=9, repo="acme/widgets"))]
+    await store.sync_polled(Scope("owner", "acme"), listed, polled_since_ms=await store.now_ms(), complete=True)
+    before = await stored(redis, 9)
+    again = await deliver(payload("queued", job_id=9, repo="evil/tools", attempt=4), "evil-secret")
+    assert again.status == 409
+    assert (await again.json())[
+        "error"
+    ] == "job 9 belongs to another repository, as Gitea's own listing shows; not recorded"
+    assert await stored(redis, 9) == before
+    assert await metric(client, "grs_webhook_deliveries_total", outcome="conflict") == 1
+
+
+@pytest.mark.parametrize(
+    ("ahead_s", "skew", "status"),
+    [
+        pytest.param(-60, None, 200, id="a-minute-ago"),
+        pytest.param(290, None, 200, id="within-the-default-skew"),
+        pytest.param(310, None, 400, id="beyond-the-default-skew"),
+        pytest.param(30, 0, 400, id="no-skew-allowed"),
+        pytest.param(3000, 3600, 200, id="a-wide-skew"),
+    ],
+)
+async def test_a_delivery_about_a_job_created_in_the_future_is_refused(
+    aiohttp_client: MakeClient, redis: Redis, ahead_s: int, skew: int | None, status: int
+) -> None:
+    """No job is delivered before Gitea created it: a `created_at` further ahead of the receiver's clock
+    than GRS_CLOCK_SKEW (5 minutes) is refused 400, whatever the state, and writes nothing."""
+    now = 1_800_000_000
+    kw = {} if skew is None else {"clock_skew": skew}
+    app = create_app(settings(**kw), redis=redis, registry=CollectorRegistry(), clock=lambda: now)
+    client = await aiohttp_client(app)
+    for state in ("queued", "in_progress"):
+        resp = await post(client, payload(state, job_id=7, created_at=gitea_time(now + ahead_s)))
+        assert resp.status == status, await resp.text()
+        if status == 400:
+            error = (await resp.json())["error"]
+            assert error == (
+                f"job 7's created_at is {ahead_s} s ahead of this receiver's clock, more than GRS_CLOCK_SKEW "
+                f"({0 if skew == 0 else 300} s) allows: no job is delivered before Gitea created it (check "
+                "Gitea's and this host's clocks); not recorded"
+            )
+    if status == 400:
+        assert await redis.keys("*") == []
+        assert await metric(client, "grs_webhook_deliveries_total", outcome="from_future") == 2
+    else:
+        assert (await stored(redis, 7))["state"] == "in_progress"
 
 
 async def test_a_delivery_about_a_job_older_than_the_window_is_doubted(

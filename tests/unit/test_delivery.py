@@ -205,3 +205,32 @@ def test_a_delivery_without_created_at_is_not_judged() -> None:
     body["workflow_job"].pop("created_at")
     parsed = WorkflowJobPayload.model_validate(body)
     assert delivery.outside_window(parsed, now_s=4_000_000_000, window_s=60) is False
+
+
+@pytest.mark.parametrize(
+    ("status", "ahead_s", "refused"),
+    [
+        pytest.param("queued", -DAY, False, id="a-day-ago"),
+        pytest.param("queued", 0, False, id="now"),
+        pytest.param("waiting", 300, False, id="at-the-skew"),
+        pytest.param("queued", 301, True, id="past-the-skew"),
+        pytest.param("in_progress", 301, True, id="in_progress-too"),
+        pytest.param("completed", DAY, True, id="completed-a-day-ahead"),
+    ],
+)
+def test_a_job_created_further_ahead_than_the_skew_is_refused(status: str, ahead_s: int, refused: bool) -> None:
+    now = 1_800_000_000
+    parsed = WorkflowJobPayload.model_validate(payload(status, job_id=5, created_at=gitea_time(now + ahead_s)))
+    if not refused:
+        delivery.not_from_future(parsed, now_s=now, skew_s=300)
+        return
+    with pytest.raises(delivery.FromFutureError, match=rf"^job 5's created_at is {ahead_s} s ahead") as caught:
+        delivery.not_from_future(parsed, now_s=now, skew_s=300)
+    assert caught.value.reason == "from_future"
+    assert isinstance(caught.value, delivery.PayloadError)  # answered 400, like any payload that cannot be true
+
+
+def test_a_delivery_without_created_at_is_not_judged_for_the_future() -> None:
+    body = payload("queued")
+    body["workflow_job"].pop("created_at")
+    delivery.not_from_future(WorkflowJobPayload.model_validate(body), now_s=0, skew_s=0)
