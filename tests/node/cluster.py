@@ -19,11 +19,11 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from tests.kube_cluster import ADMIN_TOKEN, KubeCluster, api_request, peer
 from tests.node import configs
-from tests.node.host import HostChanges
+from tests.node.host import HostChanges, hold_the_machine
 from tests.node.pki import Authority
 from tests.redis_server import free_port
 
@@ -34,6 +34,15 @@ NODE_IP = "198.51.100.1"
 POD_CIDR = "198.18.0.0/22"
 SERVICE_CIDR = "198.19.0.0/24"
 BRIDGE = "grs-cni0"
+# What makes Pods, each kind's collection in a namespace ({ns}): the drain deletes these before the Pods.
+WORKLOADS = (
+    "/apis/apps/v1/namespaces/{ns}/deployments",
+    "/apis/apps/v1/namespaces/{ns}/statefulsets",
+    "/apis/apps/v1/namespaces/{ns}/daemonsets",
+    "/apis/apps/v1/namespaces/{ns}/replicasets",
+    "/apis/batch/v1/namespaces/{ns}/cronjobs",
+    "/apis/batch/v1/namespaces/{ns}/jobs",
+)
 
 
 def image(name: str) -> tuple[str, Path]:
@@ -69,6 +78,8 @@ class NodeCluster(KubeCluster):
         )
         self.changes = HostChanges(scratch=str(workdir), node_ip=NODE_IP, bridge=BRIDGE)
         self.pki = Authority(workdir / "pki")
+        self.undrained: list[str] = []  # what stop()'s drain left running at its timeout
+        self._machine: IO[bytes] | None = None  # held from start() to stop(): one node at a time
 
     @property
     def ca_file(self) -> Path:
@@ -92,8 +103,14 @@ class NodeCluster(KubeCluster):
         ]  # fmt: skip
 
     def start(self) -> None:
-        """Start the control plane and the node; return once the node is Ready and untainted."""
-        self.changes.record()
+        """Start the control plane and the node; return once the node is Ready and untainted. Waits first
+        while another process's node runs on this machine."""
+        self._machine = hold_the_machine()
+        try:
+            self.changes.record()
+        except BaseException:
+            self._release()
+            raise
         try:
             self._start_containerd()
             # Importing the images takes seconds: do it while the control plane starts.
@@ -198,31 +215,58 @@ class NodeCluster(KubeCluster):
             time.sleep(0.1)
         raise TimeoutError(f"{what}: not within {timeout}s (see {self.dir}/*.log)")
 
-    def _drain(self, timeout: float = 60.0) -> None:
-        """Delete every Deployment, Job and Pod while the kubelet runs, and wait until no container is left
-        (a Deployment's Pod deleted alone comes back)."""
+    def _drain(self, timeout: float = 60.0) -> list[str]:
+        """Delete every workload and Pod while the kubelet runs, and wait until no container is left; return
+        the Pods and containers still there at the timeout. A Pod deleted alone comes back while its
+        controller lives (a Deployment's, the chart's Redis StatefulSet's), and a reconciler still running
+        may start a Job meanwhile: so the deletions are made again every few seconds until nothing is left."""
+        deadline, again, left = time.monotonic() + timeout, 0.0, []
+        while time.monotonic() < deadline:
+            status, pods = api_request(self, "GET", "/api/v1/pods")
+            if status != 200:
+                return []
+            left = [f"Pod {p['metadata']['namespace']}/{p['metadata']['name']}" for p in pods.get("items") or []]
+            left += [f"container {task}" for task in self.ctr("tasks", "list", "--quiet").split()]
+            if not left:
+                return []
+            if time.monotonic() >= again:
+                self._delete_workloads()
+                again = time.monotonic() + 5
+            time.sleep(0.2)
+        return left
+
+    def _delete_workloads(self) -> None:
+        """Delete, in every namespace, what makes Pods (controllers first), then the Pods themselves."""
         status, namespaces = api_request(self, "GET", "/api/v1/namespaces")
         if status != 200:
             return
         for ns in (n["metadata"]["name"] for n in namespaces["items"]):
-            api_request(self, "DELETE", f"/apis/apps/v1/namespaces/{ns}/deployments?propagationPolicy=Background")
-            api_request(self, "DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs?propagationPolicy=Background")
+            for kind in WORKLOADS:
+                api_request(self, "DELETE", f"{kind.format(ns=ns)}?propagationPolicy=Background")
             api_request(self, "DELETE", f"/api/v1/namespaces/{ns}/pods?gracePeriodSeconds=0")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            _, pods = api_request(self, "GET", "/api/v1/pods")
-            if not pods.get("items") and not self.ctr("tasks", "list", "--quiet").split():
-                return
-            time.sleep(0.2)
 
     def stop(self) -> None:
-        """Delete all Pods, stop every process by PID, and undo every change to the host."""
+        """Delete all Pods, stop every process by PID, and undo every change to the host. What the drain
+        could not delete in time is kept in `undrained` (the processes are stopped all the same)."""
         kubelet = self.by_name.get("kubelet")
         if kubelet is not None and kubelet.poll() is None:
             with contextlib.suppress(OSError, subprocess.CalledProcessError):
-                self._drain()
-        super().stop()
+                self.undrained = self._drain()
+        # Newest first, each gone before the next: the API server takes its address out of the
+        # `kubernetes` Endpoints as it stops, through etcd, and waits for etcd if etcd is stopping too.
+        for proc in reversed(self.procs):
+            proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=15)
+        super().stop()  # what did not stop is killed; the logs are closed
         self.changes.undo()
+        self._release()
+
+    def _release(self) -> None:
+        """Let another process's node start."""
+        if self._machine is not None:
+            self._machine.close()
+            self._machine = None
 
 
 __all__ = ["ADMIN_TOKEN", "NODE_IP", "NODE_NAME", "NodeCluster", "image"]
@@ -239,3 +283,4 @@ def running_node(workdir: Path, *, images: tuple[str, ...] = ("pause", "runner",
         cluster.stop()
     left = cluster.changes.leftovers()
     assert not left, f"the node left these on the machine: {left}"
+    assert not cluster.undrained, f"the node's drain left these running at its timeout: {cluster.undrained}"

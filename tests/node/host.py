@@ -11,6 +11,7 @@ once the node's processes have stopped. TEST HARNESS ONLY: it must run as root, 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shlex
@@ -20,6 +21,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import IO
 
 # Folders the kubelet, containerd and libcni use whatever their configuration says.
 FIXED_PATHS = (
@@ -40,6 +42,22 @@ CHAIN_PREFIXES = ("KUBE-", "CNI-")
 USER_DEVICES = ("/dev/net/tun", "/dev/fuse")
 SYSCTLS = ("net/ipv4/ip_forward", "net/ipv4/conf/all/route_localnet", "net/bridge/bridge-nf-call-iptables")
 STATE_FILE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gitea-runner-scaler" / "node-host.json"
+# Held (flock) by the process whose node runs: a machine has room for one node at a time.
+LOCK_FILE = STATE_FILE.with_name("node.lock")
+
+
+def hold_the_machine(path: Path = LOCK_FILE) -> IO[bytes]:
+    """Wait until no other process's node runs on this machine, and hold it until the returned file is
+    closed (or this process ends). A second node (another test run, the sandbox, a benchmark) would take
+    the same address, bridge and chains, and its `record()` would undo the running node's changes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.open("ab")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    except BaseException:
+        lock.close()
+        raise
+    return lock
 
 
 def _run(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -88,7 +106,8 @@ class HostChanges:
     devices: dict[str, int] = field(default_factory=dict)  # path -> its mode before the node
 
     def record(self) -> None:
-        """Undo what a crashed earlier run left, then note the state before this node starts."""
+        """Undo what a crashed earlier run left, then note the state before this node starts (the caller
+        holds the machine: `hold_the_machine()`, so a state file left is a dead process's)."""
         if STATE_FILE.exists():
             with contextlib.suppress(ValueError, TypeError):
                 HostChanges(**json.loads(STATE_FILE.read_text())).undo()
