@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from reconciler.kube.placement import Placement
 from reconciler.kube.runner_policy import RunnerPolicy
 from webhook_scaler.gitea import instance_url
 from webhook_scaler.settings import RedisSettings
@@ -129,6 +130,23 @@ class Settings(RedisSettings):
         True,
         description="Allow the Docker modes (containerMode dind, a dind image); their runner Pods run privileged.",
     )
+    runner_pod_allow_scheduling: bool = Field(
+        False,
+        description=(
+            "A podTemplate may choose its runners' nodes or displace other Pods: nodeName, nodeSelector, affinity, "
+            "tolerations, topologySpreadConstraints, schedulerName, priorityClassName, priority, runtimeClassName. "
+            "Off: where runners run is the admin's (GRS_RUNNER_PLACEMENT)."
+        ),
+    )
+    runner_placement: str = Field(
+        "",
+        description=(
+            'Where runner Pods run, as JSON: {"default": {"nodeSelector": {...}, "tolerations": [...]}, "namespaces": '
+            '{"team-a": {...}}}; a namespace entry sets each field it names instead of the default one. Put over '
+            "every runner Pod: these nodeSelector keys win over the podTemplate's, these tolerations are added to its. "
+            "Part of the runner template: a change replaces idle runners. Empty = the podTemplate's or the scheduler's."
+        ),
+    )
     claim_ttl: float = Field(
         300.0, ge=5, description="Seconds a job's claim lasts once its runner Job exists; then a runner is retried."
     )
@@ -183,6 +201,7 @@ class Settings(RedisSettings):
             service_account=self.runner_pod_allow_service_account,
             privileged=self.runner_pod_allow_privileged,
             docker=self.runner_pod_allow_docker,
+            scheduling=self.runner_pod_allow_scheduling,
             gitea_urls=tuple(u for u in self.gitea_urls.split(",") if u),
             secret_names=frozenset(
                 [name for _, name in self.protected]
@@ -213,8 +232,13 @@ class Settings(RedisSettings):
 
     @model_validator(mode="after")
     def _pins_parse(self) -> Settings:
-        _ = self.pins  # a namespace named twice is refused at start
+        _ = self.pins, self.placement  # a namespace named twice, a placement that is not one: refused at start
         return self
+
+    @property
+    def placement(self) -> Placement:
+        """Where runner Pods run (`GRS_RUNNER_PLACEMENT`)."""
+        return Placement.parse(self.runner_placement)
 
     @property
     def pins(self) -> dict[str, frozenset[str] | None] | None:

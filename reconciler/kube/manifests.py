@@ -2,7 +2,8 @@
 
 Owns: the Job's name (a valid DNS-1123 label of at most 63 characters), its labels, annotations and
 controller ownerReference, and the pod invariants the controller enforces over the user's
-`podTemplate`: the runner container's image and env, `restartPolicy`, and no service-account token.
+`podTemplate`: the runner container's image and env, `restartPolicy`, no service-account token, and
+the admin's nodeSelector and tolerations for the group's namespace (`placement`).
 (The Docker daemon of `containerMode: dind` is `dind`'s.)
 
 No registration token reaches a runner Pod: the controller registers each runner with Gitea itself
@@ -28,6 +29,7 @@ from typing import Any
 from reconciler.kube.crd import API_VERSION, KIND
 from reconciler.kube.dind import add_dind_sidecar, add_rootless_storage, is_dind, is_rootless_dind
 from reconciler.kube.egress import DIRECT, WRITE_CA, Egress, owned_names
+from reconciler.kube.placement import ANY_NODE, UNPINNED, Nodes, Placement
 from reconciler.kube.runner_cache import CONFIG_FILE, WRITE_CONFIG
 from reconciler.model.labels import effective_labels
 from reconciler.model.names import runner_name
@@ -42,23 +44,9 @@ TEMPLATE_ANNOTATION = "gitea.bpg.pw/template-hash"  # which spec made the runner
 REGISTERED_ANNOTATION = "gitea.bpg.pw/registered-at"  # "{Gitea URL} {scope} {target}": where its row is
 RUNNER_ANNOTATION = "gitea.bpg.pw/runner-name"  # the runner's name in Gitea (see `names`)
 # The spec fields a runner is made from; the others (its sizing, its API token) change no runner.
-_SHAPING = {
-    "scope",
-    "org",
-    "user",
-    "repo",
-    "gitea",
-    "labels",
-    "default_labels",
-    "registration_token",
-    "image",
-    "container_mode",
-    "dind_image",
-    "dind_args",
-    "pod_template",
-    "ttl_seconds_after_finished",
-    "active_deadline_seconds",
-}
+_SHAPING = {"scope", "org", "user", "repo", "gitea", "labels", "default_labels", "registration_token", "image",
+            "container_mode", "dind_image", "dind_args", "pod_template", "ttl_seconds_after_finished",
+            "active_deadline_seconds"}  # fmt: skip
 RUNNER_CONTAINER = "runner"
 PREPARE_CONTAINER = "prepare"
 SETUP_CONTAINERS = (PREPARE_CONTAINER, "register")  # "register": the in-Pod registration of releases before
@@ -208,18 +196,18 @@ def build_job(
     queued_ms: int | None = None,
     runner: str | None = None,
     egress: Egress = DIRECT,
+    placement: Placement = UNPINNED,
 ) -> dict[str, Any]:
     """The runner Job for one queued Gitea job (`job_id`), or a warm runner (`job_id=None`); its runner
-    registers as `runner` (default: a new name, see `names.runner_name`) and reaches Gitea by `egress`."""
+    registers as `runner` (default: a new name, `names.runner_name`), reaches Gitea by `egress`, runs by `placement`."""
     labels = {GROUP_LABEL: group.name, MANAGED_BY_LABEL: MANAGED_BY}
     runner = runner or runner_name(name)
+    nodes = placement.of(group.namespace)
     template = _pod_template(spec, name=runner, labels=labels, egress=egress)
-    annotations = {TEMPLATE_ANNOTATION: template_hash(spec, egress), REGISTERED_ANNOTATION: spec.registered_at}
-    annotations[RUNNER_ANNOTATION] = runner
-    if job_id is not None:
-        annotations[JOB_ID_ANNOTATION] = str(job_id)
-    if queued_ms is not None:
-        annotations[QUEUED_AT_ANNOTATION] = str(queued_ms)
+    nodes.apply(template["spec"])  # the admin's, over the podTemplate's
+    annotations = {TEMPLATE_ANNOTATION: template_hash(spec, egress, nodes), REGISTERED_ANNOTATION: spec.registered_at}
+    extra = {RUNNER_ANNOTATION: runner, JOB_ID_ANNOTATION: job_id, QUEUED_AT_ANNOTATION: queued_ms}
+    annotations |= {key: str(value) for key, value in extra.items() if value is not None}
     job_spec: dict[str, Any] = {
         "backoffLimit": BACKOFF_LIMIT,
         "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
@@ -241,9 +229,10 @@ def build_job(
     }
 
 
-def template_hash(spec: RunnerGroupSpec, egress: Egress = DIRECT) -> str:
-    """A short digest of the spec fields its runners are made from, and of their `egress` (if any)."""
-    shaping = json.dumps(spec.model_dump(mode="json", include=_SHAPING), sort_keys=True) + egress.digest
+def template_hash(spec: RunnerGroupSpec, egress: Egress = DIRECT, nodes: Nodes = ANY_NODE) -> str:
+    """A short digest of the spec fields its runners are made from, and of their `egress` and the admin's
+    `nodes` for them (`Placement.of` their namespace), if any."""
+    shaping = json.dumps(spec.model_dump(mode="json", include=_SHAPING), sort_keys=True) + egress.digest + nodes.digest
     return hashlib.sha256(shaping.encode()).hexdigest()[:16]
 
 

@@ -4,7 +4,8 @@ A RunnerGroup author may not be allowed to create Pods; the runner Pods the cont
 them must not give them more than the admin allows. By default a group's `podTemplate` may not use
 the host's namespaces (`hostPID`, `hostIPC`, `hostNetwork`), `hostPath` volumes, a service account
 (`serviceAccountName`, `automountServiceAccountToken`, projected token volumes), or privileged or
-added-capability containers of its own (but the runner container of a dind image); the Docker modes
+added-capability containers of its own (but the runner container of a dind image), or place its runners
+(`_SCHEDULING`: where they run is the admin's, `placement`); the Docker modes
 (`containerMode: dind`, a `dind` image), which run privileged, are allowed unless the admin turns
 them off. A group that asks more is refused with one message per thing it asked (its status's Ready
 condition), and no runner of it is started; so is a podTemplate naming one of the install's own
@@ -27,6 +28,24 @@ from reconciler.model.spec import RunnerGroupSpec
 _HOST_NAMESPACES = ("hostPID", "hostIPC", "hostNetwork")
 _ACCOUNT_FIELDS = ("serviceAccountName", "serviceAccount")
 _CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+# The PodSpec fields that choose a runner's node or displace other Pods: nodeName (skips the scheduler,
+# and with it NoSchedule taints), nodeSelector, affinity (node affinity, and pod affinity: next to another
+# tenant's runners), tolerations (onto nodes tainted for others), topologySpreadConstraints (placed by
+# other Pods' labels), schedulerName (a scheduler that may ignore all of these), priorityClassName and
+# priority (preempting other Pods), runtimeClassName (another runtime, and its RuntimeClass's own
+# nodeSelector and tolerations). Not: preemptionPolicy, overhead (the API server sets them from the
+# PriorityClass and the RuntimeClass, refusing others), schedulingGates (only holds the Pod back).
+_SCHEDULING = (
+    "nodeName",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "topologySpreadConstraints",
+    "schedulerName",
+    "priorityClassName",
+    "priority",
+    "runtimeClassName",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +58,7 @@ class RunnerPolicy:
     service_account: bool = False
     privileged: bool = False
     docker: bool = True
+    scheduling: bool = False
     gitea_urls: tuple[str, ...] = ()
     secret_names: frozenset[str] = frozenset()  # the install's own Secrets: no podTemplate may name them
 
@@ -79,6 +99,10 @@ class RunnerPolicy:
             sources = [s for _, s in _maps(_map(volume.get("projected")).get("sources"))]
             if any("serviceAccountToken" in s for s in sources) and not self.service_account:
                 yield f"{where}.volumes[{i}].projected.serviceAccountToken", "GRS_RUNNER_POD_ALLOW_SERVICE_ACCOUNT"
+        if not self.scheduling:
+            for key in _SCHEDULING:
+                if pod.get(key) not in (None, "", {}, []):
+                    yield f"{where}.{key}", "GRS_RUNNER_POD_ALLOW_SCHEDULING"
         if not self.privileged:
             for kind in _CONTAINER_LISTS:
                 for i, container in _maps(pod.get(kind)):

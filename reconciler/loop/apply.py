@@ -73,7 +73,7 @@ class GroupPass:
         self.create_slots = asyncio.Semaphore(settings.create_concurrency)  # shared by every group's pass
         self.seating = Seating(
             coordination, kube, registrations, claim_ttl_s=settings.claim_ttl, replica=settings.replica_id,
-            egress=egress, named=settings.instances,
+            egress=egress, named=settings.instances, placement=settings.placement,
         )  # fmt: skip
         self.deletions = Deletions(kube=kube, coordination=self.seating.of, rows=rows, metrics=metrics)
         self.budgets, self.admission = Budgets(kube), Admission(kube)
@@ -92,11 +92,12 @@ class GroupPass:
         return [j.runner for j in jobs if not j.finished or j.finished_ms >= since]
 
     def runners(
-        self, group: GroupObject, activity: Activity, *, template: str = "", asked: Collection[str] | None = None
+        self, group: GroupObject, activity: Activity, spec: RunnerGroupSpec | None, asked: Collection[str] | None = None
     ) -> list[Runner]:
-        """The group's runner Jobs, classified; those made from another `template` (see
-        `manifests.template_hash`; "": none is) are outdated. A finished Job not `asked` about is taken to
+        """The group's runner Jobs, classified; those made from another template than `spec`'s now (see
+        `manifests.template_hash`; None: none is) are outdated. A finished Job not `asked` about is taken to
         have run a job Gitea told of, if it succeeded, and not to have died during one, if it failed."""
+        template = template_hash(spec, self.seating.egress, self.seating.placement.of(group.namespace)) if spec else ""
         out = []
         for job in self.jobs_of(group):
             pods = self.pods_by_job.get((job.namespace, job.name), [])
@@ -140,7 +141,7 @@ class GroupPass:
         # The queue was read before this pass; a job a runner took since is busy in `activity`, not waiting.
         still = [q for q in queued if q.job_id in activity.queued]
         total = (len(queued) if total < 0 else total) - (len(queued) - len(still))
-        runners = self.runners(group, activity, template=template_hash(spec, self.seating.egress), asked=asked)
+        runners = self.runners(group, activity, spec, asked=asked)
         now_ms = int(self.clock() * 1000)
         decided = self._plan(spec, still, total, runners, ready.in_flight, now_ms, (group, state))
         if decided.wake_at_ms is not None:

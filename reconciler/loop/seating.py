@@ -27,6 +27,7 @@ from reconciler.kube.api import Kube, PermanentError, TransientError
 from reconciler.kube.egress import DIRECT, Egress
 from reconciler.kube.manifests import build_job
 from reconciler.kube.objects import GroupObject, JobObject
+from reconciler.kube.placement import UNPINNED, Placement
 from reconciler.kube.runner_cache import SECRET_KEY
 from reconciler.loop.registrations import Registrations
 from reconciler.model.names import group_key, job_name, runner_name, runner_retry, runner_suffix
@@ -72,11 +73,13 @@ class Seating:
         replica: str = "",
         egress: Egress = DIRECT,
         named: Mapping[str, str] | None = None,
+        placement: Placement = UNPINNED,
     ) -> None:
         self.coordination = coordination
         self.named = named or {}  # the named Gitea instances (`instances`): each one's claims are its own
         self.registrations = registrations
         self.egress = egress  # how its runners reach Gitea
+        self.placement = placement  # where they run: the admin's nodeSelector and tolerations
         self.kube = kube
         self.claim_ttl_ms = int(claim_ttl_s * 1000)
         self.taker = f"{replica or 'reconciler'}/{uuid.uuid4().hex[:12]}"  # this process, for its seats
@@ -190,7 +193,7 @@ class Seating:
         if taken != "granted":
             return taken  # nothing was taken
         body = build_job(group.ref, spec, name=name, job_id=c.job_id, queued_ms=c.queued_ms, runner=runner,
-                         egress=self.egress)  # fmt: skip
+                         egress=self.egress, placement=self.placement)  # fmt: skip
         file, started = await self._register(group, spec, c, (name, runner), started)
         if file is None:
             return "late"

@@ -28,9 +28,12 @@ from reconciler.kube.manifests import (
     template_hash,
 )
 from reconciler.kube.objects import job_from
+from reconciler.kube.placement import Placement
 from reconciler.kube.runner_cache import RunnerCache
+from reconciler.kube.runner_policy import RunnerPolicy
 from reconciler.model.names import job_name, job_of_runner
 from reconciler.model.spec import RunnerGroupSpec, parse_duration
+from reconciler.settings import Settings
 from tests import groups
 from tests.groups import REFUSED, changed, operator_form, spec_dict
 
@@ -54,13 +57,13 @@ def test_crd_schema_has_every_spec_field() -> None:
     assert props["podTemplate"]["x-kubernetes-preserve-unknown-fields"] is True
 
 
-def test_every_example_is_a_valid_runnergroup() -> None:
+def test_every_example_is_a_valid_runnergroup_the_default_policy_allows() -> None:
     examples = sorted((ROOT / "deploy" / "examples").glob("runnergroup-*.yaml"))
     assert {p.name for p in examples} >= {f"runnergroup-{s}.yaml" for s in ("global", "org", "user", "repo")}
     for path in examples:
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "RunnerGroup":
-                RunnerGroupSpec.model_validate(doc["spec"])
+                assert RunnerPolicy().violations(RunnerGroupSpec.model_validate(doc["spec"])) == [], path.name
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("10m", 600), ("1h30m", 5400), ("2h", 7200)])
@@ -362,3 +365,37 @@ def test_the_credential_secret_is_the_runners_own_file_owned_by_its_job() -> Non
         "labels": labels,
         "ephemeral": True,
     }
+
+
+def test_the_admins_placement_is_put_over_every_runner_pod_of_its_namespace() -> None:
+    """GRS_RUNNER_PLACEMENT: a namespace's entry sets each field it names instead of the default's; its
+    nodeSelector keys win over the podTemplate's own, its tolerations are added to the podTemplate's. They
+    are part of the runner template: a change replaces idle runners; none leaves the hash as it was."""
+    own = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ci = {"key": "dedicated", "operator": "Equal", "value": "ci", "effect": "NoExecute"}
+    team = {"key": "dedicated", "operator": "Equal", "value": "team-a", "effect": "NoExecute"}
+    placement = Settings(
+        runner_placement=json.dumps(
+            {
+                "default": {"nodeSelector": {"pool": "ci", "kubernetes.io/os": "linux"}, "tolerations": [ci]},
+                "namespaces": {"team-a": {"nodeSelector": {"pool": "team-a"}, "tolerations": [team]}, "ci": {}},
+            }
+        )
+    ).placement
+    s = spec(podTemplate={"spec": {"nodeSelector": {"pool": "mine", "disk": "ssd"}, "tolerations": [own, ci]}})
+
+    def placed(namespace: str, placement: Placement = placement) -> dict[str, Any]:
+        ref = GroupRef(namespace=namespace, name="builders", uid="0000-1111")
+        return build_job(ref, s, name="builders-7-ab12", job_id=7, placement=placement)
+
+    pod = placed("ci")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "ci", "kubernetes.io/os": "linux", "disk": "ssd"}, "the admin's keys win"
+    assert pod["tolerations"] == [own, ci], "added once"
+    pod = placed("team-a")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "team-a", "disk": "ssd"}, "the namespace's own, not the default's"
+    assert pod["tolerations"] == [own, ci, team]
+    assert placed("ci", Placement())["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "mine", "disk": "ssd"}
+    hashes = {ns: placed(ns)["metadata"]["annotations"]["gitea.bpg.pw/template-hash"] for ns in ("ci", "team-a")}
+    assert hashes["ci"] == template_hash(s, DIRECT, placement.of("ci")) != template_hash(s)
+    assert hashes["team-a"] == template_hash(s, DIRECT, placement.of("team-a")) != hashes["ci"]
+    assert template_hash(s, DIRECT, Placement().of("ci")) == template_hash(s), "no placement: the hash as before"

@@ -47,7 +47,7 @@ def phase(activity: Activity, *, runner_name: str = "") -> Phase:
     group_pass.jobs_by_group = {("ci", "builders"): [job]}
     pod = PodObject("ci", "builders-7-0-x", "builders-7-0", "Running", CREATED_MS, CREATED_MS + 3000)
     group_pass.pods_by_job = {("ci", "builders-7-0"): [pod]}
-    (runner,) = group_pass.runners(GROUP, activity)
+    (runner,) = group_pass.runners(GROUP, activity, None)
     return runner.phase
 
 
@@ -86,7 +86,7 @@ def finished(finished_ms: int, kind: str, activity: Activity, *, now_ms: int) ->
     job = JobObject("ci", "builders-7-0", "builders", 7, CREATED_MS, kind, "", finished_ms=finished_ms)
     group_pass.jobs_by_group = {("ci", "builders"): [job]}
     asked = group_pass._asked([job])
-    (runner,) = group_pass.runners(GROUP, activity, asked=asked)
+    (runner,) = group_pass.runners(GROUP, activity, None, asked=asked)
     return runner.phase, runner.heard
 
 

@@ -55,6 +55,23 @@ ASKS = [
         "spec.podTemplate.spec.containers[0].securityContext.capabilities.add (GRS_RUNNER_POD_ALLOW_PRIVILEGED)",
         "privileged",
     ),
+    # Placement is the admin's: every field that chooses a runner's node or displaces other Pods.
+    *(
+        pytest.param(
+            {key: value}, f"spec.podTemplate.spec.{key} (GRS_RUNNER_POD_ALLOW_SCHEDULING)", "scheduling", id=key
+        )
+        for key, value in [
+            ("nodeName", "node-of-team-b"),
+            ("nodeSelector", {"team": "b"}),
+            ("affinity", {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}}),
+            ("tolerations", [{"key": "team", "operator": "Equal", "value": "b", "effect": "NoSchedule"}]),
+            ("topologySpreadConstraints", [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname"}]),
+            ("schedulerName", "anything-goes"),
+            ("priorityClassName", "system-node-critical"),
+            ("priority", 2000001000),
+            ("runtimeClassName", "runc-on-team-b"),
+        ]
+    ),
 ]
 
 
@@ -69,8 +86,10 @@ def test_a_pod_template_asking_beyond_the_policy_is_refused_naming_the_field_and
 
 
 def test_the_default_policy_allows_plain_templates_and_the_docker_modes() -> None:
-    plain = template(nodeSelector={"ci": "true"}, volumes=[{"name": "w", "emptyDir": {}}])
-    assert RunnerPolicy().violations(spec(image=HOST, podTemplate=plain)) == []
+    plain = template(volumes=[{"name": "w", "emptyDir": {}}], nodeSelector={}, tolerations=[], schedulerName="")
+    assert RunnerPolicy().violations(spec(image=HOST, podTemplate=plain)) == [], "empty placement asks nothing"
+    own = template(preemptionPolicy="Never", schedulingGates=[{"name": "example.com/wait"}])
+    assert RunnerPolicy().violations(spec(image=HOST, podTemplate=own)) == [], "these place nothing"
     assert RunnerPolicy().violations(spec()) == [], "the default image (dind-rootless) runs"
     assert RunnerPolicy().violations(spec(image=HOST, containerMode="dind")) == []
     off = RunnerPolicy(docker=False)
@@ -89,6 +108,7 @@ def test_the_default_policy_allows_plain_templates_and_the_docker_modes() -> Non
 def test_the_settings_make_the_policy_and_validation_reports_every_refusal() -> None:
     policy = Settings(runner_pod_allow_host_path=True, runner_pod_allow_docker=False).runner_policy
     assert policy == RunnerPolicy(host_path=True, docker=False)
+    assert Settings(runner_pod_allow_scheduling=True).runner_policy == RunnerPolicy(scheduling=True)
     asked = spec_dict(image=HOST, podTemplate=template(hostPID=True, serviceAccountName="deployer"))
     valid, problem = validate(asked, Settings().runner_policy)
     assert valid is None
