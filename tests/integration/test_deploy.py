@@ -26,6 +26,7 @@ from redis.asyncio import Redis
 
 from reconciler.kube import crd_apply, secrets
 from reconciler.kube.crd import crd
+from reconciler.kube.placement import Nodes, Placement
 from reconciler.settings import Settings as ReconcilerSettings
 from tests.e2e.node_stack import wait_for
 from tests.groups import spec_dict
@@ -221,6 +222,24 @@ def _reconciler_settings(*sets: str) -> ReconcilerSettings:
     (doc,) = [d for d in render("ci", sets=sets) if _is_reconciler(d)]
     env = {e["name"]: e["value"] for e in doc["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e}
     return load(ReconcilerSettings, env)
+
+
+def test_the_admins_placement_and_owner_pins_reach_the_reconciler_as_its_settings_read_them() -> None:
+    """runnerPlacement as GRS_RUNNER_PLACEMENT, namespaceOwners as GRS_NAMESPACE_OWNERS (owners as given, a
+    namespace with "*" any), runnerPodPolicy.allowScheduling as GRS_RUNNER_POD_ALLOW_SCHEDULING; none by default."""
+    (doc,) = [d for d in render("ci", CHART / "ci" / "full-values.yaml") if _is_reconciler(d)]
+    settings = load(ReconcilerSettings, {k: v for k, v in _env(doc).items() if k.startswith("GRS_RUNNER_")})
+    toleration = {"key": "dedicated", "operator": "Equal", "value": "ci", "effect": "NoExecute"}
+    default = Nodes(node_selector={"example.com/pool": "ci"}, tolerations=(toleration,))
+    assert settings.placement.of("ci") == settings.placement.of("elsewhere") == default
+    assert settings.placement.of("team-a").node_selector == {"example.com/pool": "team-a"}
+    assert _env(doc)["GRS_NAMESPACE_OWNERS"] == "ci=acme,platform=*,team-a=Acme|alice"
+    pins = load(ReconcilerSettings, {"GRS_NAMESPACE_OWNERS": _env(doc)["GRS_NAMESPACE_OWNERS"]}).pins
+    assert pins == {"ci": frozenset({"acme"}), "platform": None, "team-a": frozenset({"acme", "alice"})}
+    assert not settings.runner_policy.scheduling
+    assert _reconciler_settings("runnerPodPolicy.allowScheduling=true").runner_policy.scheduling
+    defaults = _reconciler_settings()
+    assert defaults.placement == Placement() and defaults.pins is None
 
 
 def test_the_default_gitea_instance_reaches_the_reconciler_and_unset_is_the_one_unnamed_allowed_url() -> None:
@@ -901,6 +920,17 @@ def test_an_external_cluster_or_sentinel_url_reaches_both_processes(url: str) ->
 
 
 POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+SCHEDULING = {
+    "nodeName": "node-of-team-b",
+    "nodeSelector": {"team": "b"},
+    "affinity": {"nodeAffinity": {}},
+    "tolerations": [{"key": "team", "operator": "Exists"}],
+    "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname"}],
+    "schedulerName": "anything-goes",
+    "priorityClassName": "system-node-critical",
+    "priority": 0,
+    "runtimeClassName": "runc-of-team-b",
+}
 
 
 def test_the_runner_pod_policy_refuses_a_runnergroup_asking_beyond_it_when_it_is_applied(kube: KubeCluster) -> None:
@@ -942,7 +972,11 @@ def test_the_runner_pod_policy_refuses_a_runnergroup_asking_beyond_it_when_it_is
         for name, pod, said in asks:
             status, body = api_request(kube, "POST", groups, runner_group(name, **pod))
             assert status == 422 and f"(runnerPodPolicy.{said})" in body["message"], body
-        assert api_request(kube, "POST", groups, runner_group("plain", nodeSelector={"ci": "true"}))[0] == 201
+        # Placement is the admin's: each scheduling field is refused; an empty one asks nothing.
+        for i, (key, value) in enumerate(SCHEDULING.items()):
+            status, body = api_request(kube, "POST", groups, runner_group(f"place{i}", **{key: value}))
+            assert status == 422 and "(runnerPodPolicy.allowScheduling)" in body["message"], (key, body)
+        assert api_request(kube, "POST", groups, runner_group("plain", nodeSelector={}, tolerations=[]))[0] == 201
         # A Gitea the install does not serve is refused; the one it serves, written another way, is not.
         elsewhere = runner_group("elsewhere")
         elsewhere["spec"]["gitea"] = {"url": "https://gitea.invalid.attacker.example"}
@@ -973,6 +1007,62 @@ def test_the_runner_pod_policy_refuses_a_runnergroup_asking_beyond_it_when_it_is
         api_request(kube, "PATCH", f"{groups}/before", {"metadata": {"finalizers": None}}, content_type=merge)
 
 
+def test_the_admission_policy_refuses_a_runnergroup_serving_an_owner_its_namespace_is_not_pinned_to(
+    kube: KubeCluster,
+) -> None:
+    """namespaceOwners when applied, in the reconciler's words: a group serves only the Gitea owners its
+    namespace is pinned to (case-insensitively; a repository's owner, gitea-runner-operator's bare repo
+    name under its org), global only where the pin says "*", and nothing in a namespace not named."""
+    pinned, unnamed, open_ = namespace(kube), namespace(kube), namespace(kube)
+    sets = (f"runnerNamespaces={{{pinned},{unnamed},{open_}}}", f"namespaceOwners.{pinned}={{Acme,bob}}",
+            f"namespaceOwners.{open_}={{*}}", *(f"runnerPodPolicy.{a}=true" for a in ALLOWS))  # fmt: skip
+    policy = [d for d in render(pinned, sets=sets) if d["kind"] in POLICY_KINDS]
+    assert [d["kind"] for d in policy] == list(POLICY_KINDS), "rendered for the pins alone"
+    for doc in policy:  # names of this test's own: another test may have applied the chart's
+        doc["metadata"]["name"] += f"-{pinned}"
+    policy[1]["spec"]["policyName"] = policy[0]["metadata"]["name"]
+
+    def post(ns: str, **scope: Any) -> tuple[int, str]:
+        spec = {k: v for k, v in spec_dict(**scope).items() if v is not None}
+        body = {"apiVersion": "gitea.bpg.pw/v1alpha1", "kind": "RunnerGroup",
+                "metadata": {"generateName": "g-"}, "spec": spec}  # fmt: skip
+        status, answer = api_request(kube, "POST", f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups", body)
+        return status, answer.get("message", "")
+
+    try:
+        for doc in policy:
+            apply(kube, doc, pinned)
+        wait_for(lambda: post(pinned, org="other")[0] == 422, timeout=30, what="the policy in effect")
+        only = f": namespace {pinned} may serve only the Gitea owners acme, bob (namespaceOwners)"
+        refused: list[tuple[dict[str, Any], str]] = [
+            ({"org": "other"}, f"spec.org other{only}"),
+            ({"scope": "user", "org": None, "user": "mallory"}, f"spec.user mallory{only}"),
+            ({"scope": "repo", "org": None, "repo": "other/widgets"}, f"spec.repo other/widgets{only}"),
+            ({"scope": "repo", "org": "other", "repo": "widgets"}, f"spec.repo widgets{only}"),
+            ({"scope": "global", "org": None}, f"spec.scope global (every owner){only}"),
+        ]
+        for scope, said in refused:
+            status, message = post(pinned, **scope)
+            assert status == 422 and f"not allowed by the install's policy: {said}" in message, (scope, message)
+        served: list[dict[str, Any]] = [
+            {},
+            {"org": "ACME"},
+            {"scope": "user", "org": None, "user": "Bob"},
+            {"scope": "repo", "org": None, "repo": "acme/widgets"},
+            {"scope": "repo", "repo": "widgets"},  # gitea-runner-operator's form: a bare name under spec.org
+        ]
+        for scope in served:
+            assert post(pinned, **scope)[0] == 201, scope
+        status, message = post(unnamed)
+        assert status == 422 and f"namespace {unnamed} may serve no Gitea owner: namespaceOwners does not" in message
+        assert post(open_, scope="global", org=None)[0] == post(open_, org="anyone")[0] == 201
+    finally:
+        for doc in policy:
+            plural = doc["kind"].lower() + "s"
+            api_request(kube, "DELETE", f"/apis/admissionregistration.k8s.io/v1/{plural}/{doc['metadata']['name']}")
+
+
+ALLOWS = ("allowHostNamespaces", "allowHostPath", "allowServiceAccount", "allowPrivileged", "allowScheduling")
 CLUSTER_SCOPED = ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
 
