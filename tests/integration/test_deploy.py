@@ -31,6 +31,7 @@ from reconciler.settings import Settings as ReconcilerSettings
 from tests.e2e.node_stack import wait_for
 from tests.groups import spec_dict
 from tests.integration.test_reconciler import (
+    API_TOKEN,
     REG_TOKEN,
     RG,
     eventually,
@@ -524,7 +525,10 @@ async def test_reconciler_runs_under_the_charts_rbac_and_nothing_more(
 
     secret = {
         "metadata": {"name": "gitea"},
-        "data": {"api": base64.b64encode(b"tok").decode(), "reg": base64.b64encode(REG_TOKEN.encode()).decode()},
+        "data": {
+            "api": base64.b64encode(API_TOKEN.encode()).decode(),
+            "reg": base64.b64encode(REG_TOKEN.encode()).decode(),
+        },
     }
     assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", secret)[0] == 201
     assert api_request(kube, "POST", RG.format(ns=ns), group("chart-group", labels=[], defaultLabels=[]))[0] == 201
@@ -594,7 +598,7 @@ async def test_runners_in_namespaces_of_their_own_need_only_a_role_in_each(
     token = sa_token(kube, ctl, "grs-gitea-runner-scaler-reconciler")
     kubeconfig = kube.write_kubeconfig_for(tmp_path / "sa-kubeconfig", token=token)
 
-    data = {"api": base64.b64encode(b"tok").decode(), "reg": base64.b64encode(REG_TOKEN.encode()).decode()}
+    data = {"api": base64.b64encode(API_TOKEN.encode()).decode(), "reg": base64.b64encode(REG_TOKEN.encode()).decode()}
     secret = {"metadata": {"name": "gitea"}, "data": data}
     redis = Redis.from_url(redis_server.url)
     await redis.flushall()
@@ -794,6 +798,13 @@ def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
     no_runner = "RunnerGroup {group} has queued jobs but started no runner in 15 minutes"
     failing = "Runners of RunnerGroup {group} fail to register with Gitea (wrong registration token?)"
     lost = "Runners of RunnerGroup {group} died during jobs, which Gitea fails (OOM-killed? a node lost?)"
+    passes = (
+        "The passes of RunnerGroup ci/stuck keep failing (Redis or the API server unreachable? its status says why)"
+    )
+    fault = (
+        "RunnerGroup ci/odd made the controller raise (validate); only that group stopped: a bug to report, with the"
+        " reconciler's log"
+    )
     cases = {
         "rule_files": ["rules.yaml"],
         "evaluation_interval": "1m",
@@ -830,6 +841,11 @@ def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
                         "series": 'grs_webhook_deliveries_total{event="workflow_job",outcome="redis_unavailable"}',
                         "values": "0x10 0+5x30",
                     },
+                    # a group whose passes fail from minute 10 (Redis down), one that failed once
+                    {"series": 'grs_reconcile_errors_total{group="ci/stuck",kind="transient"}', "values": "0x9 0+2x30"},
+                    {"series": 'grs_reconcile_errors_total{group="ci/blip",kind="transient"}', "values": "0x10 1x30"},
+                    # a group whose spec made the controller raise at minute 5
+                    {"series": 'grs_group_faults_total{group="ci/odd",stage="validate"}', "values": "0x5 1x35"},
                 ],
                 "alert_rule_test": [
                     {
@@ -868,6 +884,10 @@ def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
                         ],
                     },
                     {"eval_time": "10m", "alertname": "GiteaRunnerScalerReconcilerDown", "exp_alerts": []},
+                    {"eval_time": "12m", "alertname": "GiteaRunnerScalerGroupPassesFailing", "exp_alerts": []},
+                    _fires("25m", "GiteaRunnerScalerGroupPassesFailing", passes, group="ci/stuck"),
+                    _fires("10m", "GiteaRunnerScalerGroupFault", fault, group="ci/odd", stage="validate"),
+                    {"eval_time": "25m", "alertname": "GiteaRunnerScalerGroupFault", "exp_alerts": []},
                     _fires(
                         "20m",
                         "GiteaRunnerScalerReconcilerDown",
@@ -977,6 +997,14 @@ def test_the_runner_pod_policy_refuses_a_runnergroup_asking_beyond_it_when_it_is
             status, body = api_request(kube, "POST", groups, runner_group(f"place{i}", **{key: value}))
             assert status == 422 and "(runnerPodPolicy.allowScheduling)" in body["message"], (key, body)
         assert api_request(kube, "POST", groups, runner_group("plain", nodeSelector={}, tolerations=[]))[0] == 201
+        # The shapes other tools' habits write are refused when applied, saying what the shape is.
+        shapes: list[dict[str, Any]] = [
+            {"containers": [{"name": "runner", "env": ["FOO=bar"]}]},
+            {"imagePullSecrets": ["regcred"]},
+        ]
+        for i, shape in enumerate(shapes):
+            status, body = api_request(kube, "POST", groups, runner_group(f"shape{i}", **shape))
+            assert status == 422 and "env: [{name: FOO, value: bar}]" in body["message"], body
         # A Gitea the install does not serve is refused; the one it serves, written another way, is not.
         elsewhere = runner_group("elsewhere")
         elsewhere["spec"]["gitea"] = {"url": "https://gitea.invalid.attacker.example"}
