@@ -1,7 +1,9 @@
 """Fixtures for end-to-end tests on a real node: the node itself and the product installed on it.
 
-Both are module-scoped: nothing of them runs on (and writes to Redis, or loads the cores) while
-other modules' tests run.
+Both are module-scoped: a module's node is stopped before the next module's starts (a machine has room
+for one node at a time: its address, bridge and iptables chains are fixed), and nothing of them runs on
+while other modules' tests run. CI runs the modules marked `node` in a lane of their own, beside the
+other tests (.ci/run).
 """
 
 from __future__ import annotations
@@ -50,8 +52,15 @@ def stack(node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 @pytest.fixture
 def cleared(stack: NodeStack) -> Iterator[None]:
     """The namespaces a test makes are gone after it, runners and all: the next test finds the node as
-    it was (warm runners and Pods of its own would go on running beside the next test)."""
-    made = len(stack.namespaces)
+    it was (warm runners and Pods of its own would go on running beside the next test). Its gates are
+    opened first, so that a job it held ends."""
+    made, gates = len(stack.namespaces), len(stack.gates)
     yield
-    for ns in stack.namespaces[made:]:
-        stack.clear(ns)
+    for gate in stack.gates[gates:]:  # a test that failed before opening its gate leaves its job held
+        gate.open()
+    try:
+        for ns in stack.namespaces[made:]:
+            stack.clear(ns)
+    finally:
+        for gate in stack.gates[gates:]:
+            gate.close()

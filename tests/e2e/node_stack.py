@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import socket
 import time
 import urllib.request
 import uuid
@@ -28,7 +29,7 @@ from tests.e2e.watch import finished
 from tests.kube_cluster import api_request, apply_crd
 from tests.node.cluster import NODE_IP, NodeCluster, image
 from tests.node.pki import Pair
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisServer, free_port
 
 ORG = "acme"
 SECRET = "node-e2e-webhook-secret"
@@ -67,6 +68,35 @@ def workflow(*jobs: str, label: str, needs: str | None = None, step: str = "echo
     return "\n".join(lines) + "\n"
 
 
+class Gate:
+    """What holds a job until the test lets it go on: `step` is a job step (bash) that waits until something
+    listens on a port of the node's address, which nothing does until `open()`. A job runs exactly as long
+    as the test needs it to, not a fixed time that is too long or, on a loaded machine, too short."""
+
+    def __init__(self, *, host: str = NODE_IP, tries: int = 1800) -> None:
+        self.host, self.port, self.tries = host, free_port(), tries
+        self._server: socket.socket | None = None
+
+    @property
+    def step(self) -> str:
+        """The step's shell text: it tries twice a second, and fails after `tries` (15 minutes) shut."""
+        return (
+            f"for i in $(seq {self.tries}); do (exec 3<>/dev/tcp/{self.host}/{self.port}) 2>/dev/null && exit 0; "
+            "sleep 0.5; done; exit 1"
+        )
+
+    def open(self) -> None:
+        """Let the step through: listen on its port (the kernel completes its connection; nothing accepts)."""
+        if self._server is None:
+            self._server = socket.create_server((self.host, self.port))
+
+    def close(self) -> None:
+        """Stop listening (a step that has not connected yet waits again)."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+
 @dataclass
 class NodeStack:
     """Everything a user runs, on one real node."""
@@ -82,6 +112,14 @@ class NodeStack:
     runner_image: str
     webhook_secret: str = SECRET
     namespaces: list[str] = field(default_factory=list)  # every one `namespace()` made, oldest first
+    gates: list[Gate] = field(default_factory=list)  # every one `gate()` made, oldest first
+
+    def gate(self) -> Gate:
+        """A gate for a job step (`Gate.step`); the `cleared` fixture opens it, if the test did not, before
+        it clears the test's namespaces."""
+        made = Gate()
+        self.gates.append(made)
+        return made
 
     # -- Kubernetes -----------------------------------------------------------------------------
 

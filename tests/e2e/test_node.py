@@ -22,7 +22,7 @@ import redis
 from bench.node import measure
 from reconciler.model.names import job_of_runner
 from tests.e2e.harness import ADMIN
-from tests.e2e.node_stack import ORG, SECRET, TOKENS, NodeStack, wait_for, workflow
+from tests.e2e.node_stack import ORG, SECRET, TOKENS, Gate, NodeStack, wait_for, workflow
 from tests.e2e.watch import RunnerWatch, finished
 from tests.kube_cluster import api_request, api_text, runner_of
 from tests.node.cluster import image
@@ -164,8 +164,8 @@ jobs:
   long:
     runs-on: {label}
     steps:
-      - run: sleep {seconds}; echo done after {seconds}s
-"""
+      - run: {step}
+"""  # a job held on a gate (NodeStack.gate) until the test opens it
 
 
 def test_a_runner_redis_forgot_keeps_its_job_when_no_webhook_or_poll_can_tell(stack: NodeStack) -> None:
@@ -175,8 +175,8 @@ def test_a_runner_redis_forgot_keeps_its_job_when_no_webhook_or_poll_can_tell(st
     # Only webhooks (and Gitea's runner list) are left; nothing wakes the reconciler after the flush but
     # its resync timer, set short here.
     with stack.reconfigured(GRS_POLL_ENABLED="false", GRS_RESYNC_INTERVAL="5"):
-        repo = stack.repo()
-        run_id = stack.push(repo, LONG.format(label=label, seconds=45), path=".gitea/workflows/long.yml")
+        repo, gate = stack.repo(), stack.gate()
+        run_id = stack.push(repo, LONG.format(label=label, step=gate.step), path=".gitea/workflows/long.yml")
         stack.wait_job_running(repo, run_id)
         (job,) = stack.jobs(repo, run_id)
         wait_for(lambda: stack.recorded(job["id"], "in_progress"), timeout=30, what="the in_progress webhook recorded")
@@ -189,6 +189,7 @@ def test_a_runner_redis_forgot_keeps_its_job_when_no_webhook_or_poll_can_tell(st
             timeout=60,
             what="the reconciler asked Gitea and kept the runner",
         )
+        gate.open()
         run = stack.wait_run(repo, run_id, timeout=120)
         assert run["conclusion"] == "success", stack.jobs(repo, run_id)
         assert stack.metric("grs_runners_created_total", group=f"{ns}/runners") == 1, "nothing ran twice"
@@ -209,7 +210,8 @@ def test_a_repo_groups_runner_registered_with_an_org_token_keeps_its_job_when_re
     stack.group(ns, label, scope="repo", repo=repo)
     assert stack.redis is not None
     with stack.reconfigured(GRS_POLL_ENABLED="false", GRS_RESYNC_INTERVAL="5"):
-        run_id = stack.push(repo, LONG.format(label=label, seconds=60), path=".gitea/workflows/long.yml")
+        gate = stack.gate()
+        run_id = stack.push(repo, LONG.format(label=label, step=gate.step), path=".gitea/workflows/long.yml")
         stack.wait_job_running(repo, run_id)
         (job,) = stack.jobs(repo, run_id)
         assert stack.gitea.api("GET", f"/repos/{repo}/actions/runners")["runners"] in (None, []), "not a repo runner"
@@ -221,6 +223,7 @@ def test_a_repo_groups_runner_registered_with_an_org_token_keeps_its_job_when_re
             timeout=60,
             what="the reconciler found the row in the org, asked Gitea and kept the runner",
         )
+        gate.open()
         run = stack.wait_run(repo, run_id, timeout=120)
         assert run["conclusion"] == "success", stack.jobs(repo, run_id)
         assert stack.metric("grs_runners_created_total", group=f"{ns}/runners") == 1, "nothing ran twice"
@@ -231,7 +234,7 @@ def test_a_repo_groups_runner_registered_with_an_org_token_keeps_its_job_when_re
 
 @dataclass(frozen=True)
 class LongJob:
-    """A 30 s job running on one runner of a group that keeps a warm one beside it."""
+    """A job held on a gate, running on one runner of a group that keeps a warm one beside it."""
 
     ns: str
     label: str
@@ -239,19 +242,20 @@ class LongJob:
     run_id: int
     busy: str  # the runner Job running it
     warm: str  # the warm runner Job
+    gate: Gate  # the job's: it runs until this opens
 
 
 def long_job_beside_a_warm_runner(stack: NodeStack, name: str) -> LongJob:
     ns, label = stack.namespace(name), new_label()
     stack.group(ns, label, minIdleRunners=1)
-    repo = stack.repo()
-    run_id = stack.push(repo, LONG.format(label=label, seconds=30), path=".gitea/workflows/long.yml")
+    repo, gate = stack.repo(), stack.gate()
+    run_id = stack.push(repo, LONG.format(label=label, step=gate.step), path=".gitea/workflows/long.yml")
     stack.wait_job_running(repo, run_id)
     wait_for(lambda: len(stack.runners_with(label)) == 2, timeout=60, what="the busy runner and a warm one")
     (job,) = stack.jobs(repo, run_id)
     (busy,) = [job_of_runner(r["name"]) for r in stack.runners_with(label) if r["id"] == job["runner_id"]]
     (warm,) = [job_of_runner(r["name"]) for r in stack.runners_with(label) if r["id"] != job["runner_id"]]
-    return LongJob(ns, label, repo, run_id, busy, warm)
+    return LongJob(ns, label, repo, run_id, busy, warm, gate)
 
 
 def test_a_group_deleted_during_a_job_lets_it_finish_then_goes_with_every_runner_row(stack: NodeStack) -> None:
@@ -261,6 +265,7 @@ def test_a_group_deleted_during_a_job_lets_it_finish_then_goes_with_every_runner
     assert api_request(stack.node, "DELETE", path)[0] == 200
     wait_for(lambda: len(stack.runners_with(label)) == 1, timeout=60, what="the warm runner gone with its row")
     assert api_request(stack.node, "GET", path)[0] == 200, "the busy runner holds the group"
+    long.gate.open()
     run = stack.wait_run(repo, run_id, timeout=120)
     assert run["conclusion"] == "success", stack.jobs(repo, run_id)
     wait_for(lambda: api_request(stack.node, "GET", path)[0] == 404, timeout=90, what="the group gone, drained")
@@ -353,6 +358,7 @@ def test_a_node_drain_waits_for_the_busy_runner_whose_job_goes_green(stack: Node
 
     assert _evict(stack, ns, pod_of(busy)) == 429, "the busy runner stays"
     assert _evict(stack, ns, pod_of(warm)) == 201, "the warm runner may go"
+    long.gate.open()
     run = stack.wait_run(repo, run_id, timeout=120)
     assert run["conclusion"] == "success", stack.jobs(repo, run_id)
     wait_for(
@@ -379,6 +385,7 @@ def test_a_spec_change_replaces_the_warm_runner_and_the_busy_one_finishes_on_the
     )
     (made,) = [j for j in stack.runner_jobs(ns) if j["metadata"]["name"] == fresh[0]]
     assert made["spec"]["ttlSecondsAfterFinished"] == 300
+    long.gate.open()
     run = stack.wait_run(repo, run_id, timeout=120)
     assert run["conclusion"] == "success", stack.jobs(repo, run_id)
     deleted = [line for line in stack.our_log("reconciler").splitlines() if '"runner deleted"' in line]

@@ -356,7 +356,7 @@ jobs:
     runs-on: {label}
     steps:
       - run: |
-          docker run --rm --entrypoint sh {job} -c 'echo a Docker job ran; sleep 20'
+          docker run --rm --entrypoint bash {job} -c 'echo a Docker job ran; {gate}'
 """
 
 
@@ -382,8 +382,8 @@ def test_nothing_on_the_node_holds_the_registration_token_while_a_docker_runner_
     runner's own credential is there (the search finds what it looks for), and nothing else."""
     ns, label, watch = docker_group(stack, images, name="nothing")
     watch.stop()
-    repo = stack.repo()
-    run_id = stack.push(repo, LINGER.format(label=label, job=images.job))
+    repo, gate = stack.repo(), stack.gate()  # the job's container runs until the search is done
+    run_id = stack.push(repo, LINGER.format(label=label, job=images.job, gate=gate.step))
     stack.wait_job_running(repo, run_id)
     (runner_job,) = stack.runner_jobs(ns)
     credential = api_request(stack.node, "GET", f"/api/v1/namespaces/{ns}/secrets/{runner_of(runner_job)}")[1]
@@ -396,6 +396,7 @@ def test_nothing_on_the_node_holds_the_registration_token_while_a_docker_runner_
     holding_token = _files_holding(stack.registration_token.encode(), [*runtime, *pods], skip=("dind-storage",))
     holding_own = _files_holding(own, pods, skip=("dind-storage",))
     holding_name = _files_holding(runner_of(runner_job).encode(), runtime)
+    gate.open()
 
     assert stack.wait_run(repo, run_id, timeout=180)["conclusion"] == "success"
     assert not holding_token, holding_token
