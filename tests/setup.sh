@@ -26,16 +26,48 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-step "Go-built peers (cached outside the repository)"
-bash tests/peers/build.sh
-
-step "container images (cached outside the repository)"
-bash tests/images/build.sh
-
-step "Python tooling: .venv with tox and the project"
-if [ ! -x .venv/bin/tox ] || [ ! -x .venv/bin/reconciler ]; then
-  python3 -m venv .venv
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q "tox>=4.11" -e '.[test]'
+# The rest runs at once, each part into a log of its own: the Go-built peers (mostly compiling), the
+# images (mostly downloading Debian packages and PyPI wheels) and the Python tooling. The images that
+# carry act_runner wait for its build only; the others, and the venv, need no peer.
+logs=$(mktemp -d "${TMPDIR:-/tmp}/grs-setup.XXXXXX")
+declare -A part_of=()
+part() {  # part NAME COMMAND...: run in the background, output in $logs/NAME.log
+  local name=$1
+  shift
+  "$@" >"$logs/$name.log" 2>&1 &
+  part_of[$!]=$name
+}
+runner_peers_then_images() {
+  bash tests/peers/build.sh act_runner act_runner0
+  bash tests/images/build.sh runner upstream0 upstream1 rootless
+}
+# The venv with tox and the project, and tox's environments made ready (`--notest`): the test lanes of
+# .ci/run share the `tests` environment and must not install into it at once.
+python_tooling() {
+  if [ ! -x .venv/bin/tox ] || [ ! -x .venv/bin/reconciler ]; then
+    python3 -m venv .venv
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q "tox>=4.11" -e '.[test]'
+  fi
+  .venv/bin/tox run -e lint,types,docs,tests --notest
+}
+step "at once: the Go-built peers, the images (both cached outside the repository), .venv and tox's environments (logs in $logs)"
+part peers bash tests/peers/build.sh etcd kube node coredns gitea helm kubeconform
+part runner-peers-and-images runner_peers_then_images
+part images bash tests/images/build.sh pause scaler previous redis docker
+part python python_tooling
+failed=()
+while [ ${#part_of[@]} -gt 0 ]; do
+  rc=0
+  wait -n -p done_pid "${!part_of[@]}" || rc=$?
+  name=${part_of[$done_pid]}
+  unset "part_of[$done_pid]"
+  if [ "$rc" -eq 0 ]; then step "$name: done"; else step "$name: FAILED (exit $rc)"; failed+=("$name"); fi
+  cat "$logs/$name.log"
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  step "setup failed: ${failed[*]} (logs in $logs)"
+  exit 1
 fi
+rm -rf "$logs"
 step "setup done"

@@ -45,7 +45,7 @@ from tests.kube_cluster import api_request, api_text, peer
 from tests.node.cluster import NODE_IP, NodeCluster, image, running_node
 from tests.node.registry import Registry
 
-pytestmark = pytest.mark.kube
+pytestmark = pytest.mark.node  # a node of its own: one node at a time on a machine (the CI lane of `-m node`)
 EXAMPLES = ROOT / "deploy" / "examples"
 RELEASE = "grs"
 NS = "ci"

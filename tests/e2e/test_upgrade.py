@@ -31,7 +31,7 @@ from tests.kube_cluster import api_request, peer
 from tests.node.cluster import NODE_IP, NodeCluster, image, running_node
 from tests.redis_server import free_port
 
-pytestmark = pytest.mark.kube
+pytestmark = pytest.mark.node  # a node of its own: one node at a time on a machine (the CI lane of `-m node`)
 RELEASE, NS = "grs", "up"
 FULL = f"{RELEASE}-gitea-runner-scaler"
 PREVIOUS = (ROOT / "tests" / "images" / "previous-release").read_text().strip()
