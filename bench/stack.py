@@ -170,6 +170,7 @@ class Stack:
             **self.common_env(),
             "GRS_KUBECONFIG": str(self.kube.kubeconfig),
             "GRS_WATCH_NAMESPACE": NS,
+            "GRS_GITEA_URL": self.gitea_url,  # the default instance: the admin's choice
             "GRS_LISTEN_HOST": "127.0.0.1",
             "GRS_LISTEN_PORT": str(port),
             "GRS_POLL_ENABLED": "false",
@@ -196,7 +197,6 @@ class Stack:
                 "labels": [],
                 "defaultLabels": [],
                 "maxActiveRunners": 100,
-                "registrationToken": {"secretRef": {"name": "gitea", "key": "reg"}},
                 "authToken": {"secretRef": {"name": "gitea", "key": "api"}},
             }
             fields |= spec | (each(i) if each else {})

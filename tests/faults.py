@@ -278,7 +278,6 @@ class Rig:
                 "labels": [],
                 "defaultLabels": [],
                 "maxActiveRunners": self.cap,
-                "registrationToken": {"secretRef": {"name": "gitea", "key": "reg"}},
                 "authToken": {"secretRef": {"name": "gitea", "key": "api"}},
             }
             body = {"apiVersion": "gitea.bpg.pw/v1alpha1", "kind": "RunnerGroup", "metadata": {"name": f"g{i}"}}
@@ -296,6 +295,7 @@ class Rig:
             "GRS_KUBECONFIG": str(self.kubeconfig),
             "GRS_REDIS_URL": self.redis_url,
             "GRS_WATCH_NAMESPACE": self.ns,
+            "GRS_GITEA_URL": self.gitea_url,  # the default instance: the admin's choice
             "GRS_REPLICA_ID": name,
             "GRS_POLL_INTERVAL": "2",
             "GRS_RESYNC_INTERVAL": "2",
