@@ -943,8 +943,10 @@ async def test_with_the_poll_failing_a_doubted_job_gets_its_runner(
     options: dict[str, Any] = {"poll_enabled": True, "poll_interval": 1, "gitea_url": _url(server)}
     async with running_controller(kube.kubeconfig, redis_server.url, ns, **options):
         jobs = await eventually(lambda: runner_jobs(kube, ns))
+        # The status follows the create (a write of counts waits behind creates in flight): wait for it.
+        reached = await eventually(functools.partial(condition, kube, ns, "unpolled", "GiteaReachable"))
     assert [j["metadata"]["annotations"][JOB_ID_ANNOTATION] for j in jobs] == ["604"]
-    assert group_status(kube, ns, "unpolled")["conditions"]["GiteaReachable"]["reason"] == "PollFailed"
+    assert reached["reason"] == "PollFailed"
 
 
 async def _state_is(redis: Redis, job_id: int, state: bytes) -> bool:
