@@ -199,29 +199,29 @@ def test_a_runner_redis_forgot_keeps_its_job_when_no_webhook_or_poll_can_tell(st
     wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
 
 
-def test_a_repo_groups_runner_registered_with_an_org_token_keeps_its_job_when_redis_forgets(
-    stack: NodeStack,
-) -> None:
-    """The group serves one repository, but its Secret holds the org's registration token (as our
-    examples once had it): its runners are org runners, which the repository's runner list never shows.
-    Redis forgets the runner is busy; the controller finds its row in the org and keeps it."""
-    ns, label = stack.namespace("orgtoken"), new_label()
+def test_a_repo_groups_runner_keeps_its_job_when_redis_forgets(stack: NodeStack) -> None:
+    """The group serves one repository with its API token alone: its runners register in the repository
+    itself (the registration token fetched for it). Redis forgets the runner is busy; the controller finds
+    its row in the repository, asks Gitea and keeps it. (Runners of a repository group that registered
+    in its org, with an org token, are refused since issue 35: RegistrationScopeMismatch.)"""
+    ns, label = stack.namespace("repotoken"), new_label()
     repo = stack.repo()
-    stack.group(ns, label, scope="repo", repo=repo)
+    stack.group(ns, label, scope="repo", repo=repo, registrationToken=None)
     assert stack.redis is not None
     with stack.reconfigured(GRS_POLL_ENABLED="false", GRS_RESYNC_INTERVAL="5"):
         gate = stack.gate()
         run_id = stack.push(repo, LONG.format(label=label, step=gate.step), path=".gitea/workflows/long.yml")
         stack.wait_job_running(repo, run_id)
         (job,) = stack.jobs(repo, run_id)
-        assert stack.gitea.api("GET", f"/repos/{repo}/actions/runners")["runners"] in (None, []), "not a repo runner"
+        rows = stack.gitea.api("GET", f"/repos/{repo}/actions/runners")["runners"] or []
+        assert [r["id"] for r in rows] == [job["runner_id"]], "a runner of the repository itself"
         wait_for(lambda: stack.recorded(job["id"], "in_progress"), timeout=30, what="the in_progress webhook recorded")
         with redis.Redis.from_url(stack.redis.url) as client:
             client.flushall()
         wait_for(
             lambda: stack.metric("grs_runners_kept_busy_total", group=f"{ns}/runners") >= 1,
             timeout=60,
-            what="the reconciler found the row in the org, asked Gitea and kept the runner",
+            what="the reconciler found the row in the repository, asked Gitea and kept the runner",
         )
         gate.open()
         run = stack.wait_run(repo, run_id, timeout=120)
