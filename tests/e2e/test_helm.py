@@ -382,9 +382,9 @@ def quick_start(release: Release, tmp_path_factory: pytest.TempPathFactory) -> I
         registry.push(image("docker")[1], "runner-images", "ubuntu-latest")
         secret = yaml.safe_load((EXAMPLES / "secret.yaml").read_text())
         secret["stringData"] = {"token": stack.gitea.token}  # no registration token: the reconciler fetches it
-        name = secret["metadata"]["name"]
-        status, body = api_request(release.node, "PUT", f"/api/v1/namespaces/{NS}/secrets/{name}", secret)
-        assert status == 200, body
+        # The quick start creates it (`kubectl create secret generic`): a Secret of its own, not the stack's.
+        status, body = api_request(release.node, "POST", f"/api/v1/namespaces/{NS}/secrets", secret)
+        assert status == 201, body
         group = yaml.safe_load((EXAMPLES / "runnergroup-org.yaml").read_text())
         group["spec"]["gitea"]["url"] = stack.gitea.url
         groups = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{NS}/runnergroups"
