@@ -813,11 +813,12 @@ async def test_a_group_naming_the_installs_own_secrets_is_refused_and_its_gitea_
                 and c
             )
         )
-        ready = await eventually(
+        ready = await eventually(  # a proof of its scope, its pass, the refusal, then the status: give it time
             lambda: (
                 (c := group_status(kube, ns, "runner").get("conditions", {}).get("Ready", {})).get("status") == "False"
                 and c
-            )
+            ),
+            timeout=60,
         )
         await asyncio.wait_for(controller.poll_once(), timeout=60)
         await passes(controller)
