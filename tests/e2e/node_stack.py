@@ -202,7 +202,7 @@ class NodeStack:
 
     def clear(self, ns: str) -> None:
         """Delete a namespace and everything in it, its warm runners first the product's way (scaled to no
-        idle runner, so that their rows in Gitea go too), and wait until it is gone."""
+        idle runner, so that their rows in Gitea go too), and wait until no Pod of it is left."""
         path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups"
         try:
             for group in api_request(self.node, "GET", path)[1]["items"]:
@@ -221,10 +221,16 @@ class NodeStack:
             api_request(self.node, "DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs?propagationPolicy=Background")
             api_request(self.node, "DELETE", f"/api/v1/namespaces/{ns}/pods?gracePeriodSeconds=0")
             api_request(self.node, "DELETE", f"/api/v1/namespaces/{ns}")
+            # Nothing of it runs once its Pods are gone (and none comes back: the namespace is going). The
+            # namespace itself goes in the background: the namespace controller takes some 10 s over
+            # every kind of object in it, which the next test need not wait for.
             wait_for(
-                lambda: api_request(self.node, "GET", f"/api/v1/namespaces/{ns}")[0] == 404,
+                lambda: (
+                    (found := api_request(self.node, "GET", f"/api/v1/namespaces/{ns}/pods"))[0] == 404
+                    or not found[1].get("items")
+                ),
                 timeout=120,
-                what=f"namespace {ns} deleted",
+                what=f"no Pod left in namespace {ns}",
             )
 
     def describe_runners(self, ns: str) -> str:
