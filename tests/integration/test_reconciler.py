@@ -813,13 +813,12 @@ async def test_a_group_naming_the_installs_own_secrets_is_refused_and_its_gitea_
                 and c
             )
         )
-        ready = await eventually(  # a proof of its scope, its pass, the refusal, then the status: give it time
-            lambda: (
-                (c := group_status(kube, ns, "runner").get("conditions", {}).get("Ready", {})).get("status") == "False"
-                and c
-            ),
-            timeout=60,
-        )
+
+        def refused() -> dict[str, Any] | None:
+            ready = condition(kube, ns, "runner", "Ready")
+            return ready if ready is not None and ready["status"] == "False" else None
+
+        ready = await eventually(refused, timeout=60)  # its scope's proof, its pass, the refusal, the status
         await asyncio.wait_for(controller.poll_once(), timeout=60)
         await passes(controller)
         assert not runner_jobs(kube, ns), "none would take the webhook secret"
