@@ -328,7 +328,8 @@ def test_a_gitea_served_over_https_by_its_own_ca_is_polled_registered_with_and_c
         gitea.api("POST", "/orgs", {"username": actions.OWNER})
         actions.push_tree(gitea, action, f"{actions.OWNER}/hello", tags=("v1",), ca=pki.ca.cert)
         https = dataclasses.replace(stack, gitea=gitea, registration_token=token)  # the same node and processes
-        with stack.reconfigured(GRS_GITEA_CA_FILE=str(pki.ca.cert)):
+        # A second Gitea: named, so its job ids have keys of their own (the admin names every instance).
+        with stack.reconfigured(GRS_GITEA_CA_FILE=str(pki.ca.cert), GRS_GITEA_INSTANCES=f"tls={gitea.url}"):
             ns, label = https.namespace("https"), f"l{uuid.uuid4().hex[:6]}"
             https.group(ns, label)
             repo = https.repo(webhook=False)
