@@ -203,11 +203,15 @@ class GiteaClient:
 
     async def login(self, scope: PollScope) -> str:
         """The login of the user the token is of (`GET /user`)."""
-        body, _ = await self._get(scope, "/user", [], "user")
-        login = body.get("login") if isinstance(body, dict) else None
-        if not isinstance(login, str):
-            raise GiteaError("GET /user: no login in the answer")
-        return login
+        return await self._field(scope, "/user", "login", "user")
+
+    async def _field(self, scope: PollScope, path: str, key: str, endpoint: str) -> str:
+        """One string field of a GET's object answer; GiteaError if it has none."""
+        body, _ = await self._get(scope, path, [], endpoint)
+        value = body.get(key) if isinstance(body, dict) else None
+        if not isinstance(value, str):
+            raise GiteaError(f"GET {path}: no {key} in the answer")
+        return value
 
     async def delete_runner(self, scope: PollScope, runner_id: int) -> None:
         """Remove a runner's row; one that is gone already (404) counts as removed."""
@@ -230,11 +234,7 @@ class GiteaClient:
 
     async def version(self, scope: PollScope) -> str:
         """The Gitea's version string (`/version`, e.g. `1.25.2`, or Forgejo's `11.0.1+gitea-1.22.0`)."""
-        body, _ = await self._get(scope, "/version", [], "version")
-        version = body.get("version") if isinstance(body, dict) else None
-        if not isinstance(version, str):
-            raise GiteaError("GET /version: no version in the answer")
-        return version
+        return await self._field(scope, "/version", "version", "version")
 
     async def user_repos(self, scope: PollScope) -> tuple[list[str], bool]:
         """`owner/name` of every repository the user owns, and whether the listing is complete."""

@@ -279,12 +279,11 @@ async def test_custom_webhook_path(aiohttp_client: MakeClient, redis: Redis) -> 
     assert (await client.post("/webhook", data=raw, headers=headers)).status in (404, 405)
 
 
-async def test_a_secret_bound_to_owners_speaks_for_theirs_only_and_no_delivery_moves_anothers_job(
+async def two_tenants(
     aiohttp_client: MakeClient, redis: Redis
-) -> None:
-    """One webhook secret per org: a delivery signed with evil's secret about acme's repository gets 403;
-    about evil's own repository but naming acme's job id (to finish it, naming acme's busy runner) it
-    gets 409. Neither writes anything; acme's job stays as acme's deliveries left it."""
+) -> tuple[Client, Callable[[dict[str, Any], str], Awaitable[Any]]]:
+    """A receiver with one secret per org (acme, evil): its client, and a function that delivers a body
+    signed with one of the secrets."""
     app = create_app(
         Settings(webhook_secrets=["@acme acme-secret", "@evil evil-secret"]), redis=redis, registry=CollectorRegistry()
     )
@@ -293,6 +292,17 @@ async def test_a_secret_bound_to_owners_speaks_for_theirs_only_and_no_delivery_m
     async def deliver(body: dict[str, Any], secret: str) -> Any:
         raw, headers = signed(body, secret=secret)
         return await client.post("/webhook", data=raw, headers=headers)
+
+    return client, deliver
+
+
+async def test_a_secret_bound_to_owners_speaks_for_theirs_only_and_no_delivery_moves_anothers_job(
+    aiohttp_client: MakeClient, redis: Redis
+) -> None:
+    """One webhook secret per org: a delivery signed with evil's secret about acme's repository gets 403;
+    about evil's own repository but naming acme's job id (to finish it, naming acme's busy runner) it
+    gets 409. Neither writes anything; acme's job stays as acme's deliveries left it."""
+    client, deliver = await two_tenants(aiohttp_client, redis)
 
     assert (await deliver(payload("queued", job_id=7, repo="acme/widgets"), "acme-secret")).status == 200
     assert (await deliver(payload("in_progress", job_id=7, repo="acme/widgets"), "acme-secret")).status == 200
@@ -327,14 +337,7 @@ async def test_a_squat_blocks_no_job_and_a_poll_settles_whose_id_it_is(
     """evil squats job id 9 with `queued` in its own repository. acme's job 9 is created: its `queued`
     takes the id (200, `"moved": true`, counted), without naming evil's repository. Once acme's poll
     listed 9, evil's `queued` about it is refused 409 and changes nothing."""
-    app = create_app(
-        Settings(webhook_secrets=["@acme acme-secret", "@evil evil-secret"]), redis=redis, registry=CollectorRegistry()
-    )
-    client = await aiohttp_client(app)
-
-    async def deliver(body: dict[str, Any], secret: str) -> Any:
-        raw, headers = signed(body, secret=secret)
-        return await client.post("/webhook", data=raw, headers=headers)
+    client, deliver = await two_tenants(aiohttp_client, redis)
 
     assert (await deliver(payload("queued", job_id=9, repo="evil/tools", attempt=3), "evil-secret")).status == 200
     taken = await deliver(payload("queued", job_id=9, repo="acme/widgets"), "acme-secret")
