@@ -45,6 +45,7 @@ class GroupViews:
         self.settings = settings
         self.metrics = metrics
         self.groups = groups
+        self.policy = settings.runner_policy  # settings do not change while the process runs: built once
         self.pod_schema = openapi.shipped_pod_schema()  # the API server's once read (`read_schema`)
         self.schema_from_server = False
         self._specs: dict[str, tuple[int, RunnerGroupSpec | None, str]] = {}
@@ -79,12 +80,11 @@ class GroupViews:
         change), or None and why; a group of a Gitea the install does not serve is refused (`instances`)."""
         out: list[View[GroupObject]] = []
         seen: set[str] = set()
-        policy = self.settings.runner_policy
         for group in self.groups():
             seen.add(group.uid)
             cached = self._specs.get(group.uid)
             if cached is None or cached[0] != group.generation:
-                cached = (group.generation, *self._validated(group, policy))
+                cached = (group.generation, *self._validated(group, self.policy))
                 self._specs[group.uid] = cached
             out.append((group, cached[1], cached[2]))
         for uid in set(self._specs) - seen:
