@@ -791,12 +791,17 @@ async def test_a_group_naming_the_installs_own_secrets_is_refused_and_its_gitea_
         )
     heard: list[str] = []
 
-    async def capture(request: web.Request) -> web.Response:
+    @web.middleware
+    async def capture(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Any:
         heard.append(f"{request.method} {request.path_qs} {dict(request.headers)}")
-        return web.json_response({})
+        return await handler(request)
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", capture)
+    # Gitea lists job 61 as queued, so the poll keeps it in Redis (a Gitea that listed nothing would let the
+    # poll drop it before a pass tried it, and the refusal would never come)
+    fake = FakeGitea(token=API_TOKEN)
+    fake.add_job(61, repo="acme/widgets", labels=["b"])
+    app = fake.app()
+    app.middlewares.append(capture)
     url = str((await aiohttp_server(app)).make_url("")).rstrip("/")
     stolen = {"secretRef": {"name": "grs-redis", "key": "redis-password"}}
     create_group(kube, ns, "poller", gitea={"url": url}, authToken=stolen, labels=["a"], defaultLabels=[])
