@@ -42,6 +42,7 @@ class _Stream:
     def __init__(self, cluster: KubeCluster, path: str, handle: Handler, stop: threading.Event) -> None:
         self.cluster, self.path, self.handle, self.stop = cluster, path, handle, stop
         self.gaps = 0
+        self.broken = 0  # watch lines that were no JSON: the watch was taken up again from its version
         self.version: str | None = None
         self.known: dict[str, dict[str, Any]] = {}  # name -> the latest object seen
         self.conn: http.client.HTTPSConnection | None = None
@@ -89,7 +90,11 @@ class _Stream:
                 )
                 resp = conn.getresponse()
                 while not self.stop.is_set() and (line := resp.readline()):
-                    event = json.loads(line)
+                    try:
+                        event = json.loads(line)
+                    except ValueError:  # a line the stream mangled (seen once under load): watch again from
+                        self.broken += 1  # the last version read, so the event it carried comes again
+                        break
                     if event["type"] == "ERROR":  # 410 Gone: the version expired; start again from a list
                         self._list()
                         break
