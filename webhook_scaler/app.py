@@ -21,6 +21,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from webhook_scaler import delivery
 from webhook_scaler.gitea import JobStatus
+from webhook_scaler.hook_keys import Deriver
 from webhook_scaler.metrics import Metrics
 from webhook_scaler.settings import Settings
 from webhook_scaler.store.client import store_client
@@ -36,6 +37,7 @@ REGISTRY = web.AppKey("registry", CollectorRegistry)
 STOPPING = web.AppKey("stopping", asyncio.Event)
 CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")  # wall-clock seconds: how old a job is
 KEYS: web.AppKey[tuple[delivery.SigningKey, ...]] = web.AppKey("keys")  # the secret lines, parsed once
+DERIVER: web.AppKey[Deriver | None] = web.AppKey("deriver")  # the managed webhooks' secrets (`hook_keys`)
 
 _REDIS_ERRORS = (RedisError, RedisClusterException, OSError, TimeoutError)
 
@@ -77,7 +79,9 @@ async def _handle(request: web.Request) -> tuple[web.Response, str, str]:
     settings, keys, now_s = request.app[SETTINGS], request.app[KEYS], request.app[CLOCK]()
     body = await _read_body(request, settings.max_body_bytes)
     try:
-        parsed = delivery.parse(body, headers=request.headers, secrets=keys)
+        deriver = request.app[DERIVER]
+        derived = deriver.keys if deriver is not None else None
+        parsed = delivery.parse(body, headers=request.headers, secrets=keys, derived=derived)
     except delivery.DeliveryError as exc:
         return _refused(request, exc), "unknown", exc.reason
     if parsed.payload is None:
@@ -199,6 +203,7 @@ def create_app(
     app[STOPPING] = asyncio.Event()
     app[CLOCK] = clock
     app[KEYS] = settings.signing_keys
+    app[DERIVER] = settings.deriver
     app.on_shutdown.append(_mark_stopping)
     app.router.add_post(settings.webhook_path, webhook)
     app.router.add_get("/healthz", healthz)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
 from urllib.parse import parse_qs
@@ -73,6 +74,7 @@ class SigningKey:
     secret: bytes = field(repr=False)
     owners: frozenset[str] | None = None
     instance: str = ""  # the Gitea instance whose deliveries it signs ("": the default one)
+    repo: str | None = None  # the one repository (`owner/name`, lower-case) it may speak for; None: any of `owners`
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,8 @@ def verify(payload: bytes, *, headers: Mapping[str, str], secrets: Sequence[byte
             matched.append(key)
     if not matched:
         raise SignatureError("signature does not match")
+    if len(matched) == 1:
+        return matched[0]
     # One secret on several lines speaks for all their owners (any, if one line is bare).
     # (`Settings` refuses one secret on lines of two instances.)
     if any(k.owners is None for k in matched):
@@ -144,11 +148,18 @@ def verify(payload: bytes, *, headers: Mapping[str, str], secrets: Sequence[byte
     return SigningKey(matched[0].secret, frozenset(o for k in matched for o in k.owners or ()), matched[0].instance)
 
 
-def parse(body: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes | SigningKey]) -> Delivery:
+def parse(
+    body: bytes,
+    *,
+    headers: Mapping[str, str],
+    secrets: Sequence[bytes | SigningKey],
+    derived: Callable[[bytes], Sequence[SigningKey]] | None = None,
+) -> Delivery:
     """Verify and parse a delivery; raise a DeliveryError subclass for anything to refuse (OwnerError:
-    a `workflow_job` about a repository whose owner the signing secret may not speak for)."""
+    a `workflow_job` about a repository whose owner the signing secret may not speak for). `derived`:
+    the secrets of the webhooks the reconciler installed (`hook_keys`), tried when no secret line signed."""
     payload = signed_bytes(body, content_type=header(headers, "Content-Type"))
-    key = verify(payload, headers=headers, secrets=secrets)
+    key = _signer(payload, headers, secrets, derived)
     event = header(headers, "X-Gitea-Event-Type") or header(headers, "X-Gitea-Event")
     if not event:
         raise PayloadError("no X-Gitea-Event or X-Gitea-Event-Type header")
@@ -167,7 +178,31 @@ def parse(body: bytes, *, headers: Mapping[str, str], secrets: Sequence[bytes | 
     owner = parsed.repository.full_name.split("/", 1)[0].lower()
     if key is not None and key.owners is not None and owner not in key.owners:
         raise OwnerError(f"this webhook secret may not speak for the repositories of {owner}")
+    if key is not None and key.repo is not None and parsed.repository.full_name.lower() != key.repo:
+        raise OwnerError(f"this webhook secret may speak for the repository {key.repo} only")
     return Delivery(event=event, delivery_id=delivery_id, payload=parsed, instance=key.instance if key else "")
+
+
+def _signer(
+    payload: bytes,
+    headers: Mapping[str, str],
+    secrets: Sequence[bytes | SigningKey],
+    derived: Callable[[bytes], Sequence[SigningKey]] | None,
+) -> SigningKey | None:
+    """The key that signed (`verify`): a secret line's, else a managed webhook's. With neither secret
+    lines nor managed webhooks, every delivery is accepted (None: the explicitly insecure mode)."""
+    if derived is None:
+        return verify(payload, headers=headers, secrets=secrets)
+    if secrets:
+        try:
+            return verify(payload, headers=headers, secrets=secrets)
+        except MissingSignatureError:
+            raise
+        except SignatureError:
+            pass
+    # No repository named (not a job's delivery): no managed webhook signed it. A random key that matches
+    # nothing still says what is wrong with the signature header itself.
+    return verify(payload, headers=headers, secrets=derived(payload) or [SigningKey(os.urandom(32))])
 
 
 def outside_window(payload: WorkflowJobPayload, *, now_s: float, window_s: float) -> bool:

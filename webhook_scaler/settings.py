@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from webhook_scaler.config import FromFile
 from webhook_scaler.delivery import SigningKey
 from webhook_scaler.gitea import instance_url
+from webhook_scaler.hook_keys import Deriver
 from webhook_scaler.store.client import parse_url
 
 
@@ -101,6 +102,16 @@ class Settings(RedisSettings):
             "Gitea instance GRS_GITEA_INSTANCES names so; other lines, the default instance's."
         ),
     )
+    webhook_key: Annotated[SecretStr | None, FromFile("webhook_key")] = Field(
+        None,
+        min_length=16,
+        description=(
+            "The key the secrets of the webhooks the reconciler installs (GRS_WEBHOOK_MANAGE) are derived from, "
+            "the same as the reconciler's; in GRS_WEBHOOK_KEY or the file GRS_WEBHOOK_KEY_FILE names. A delivery "
+            "no secret line signed is accepted if its owner's, its repository's or its instance's managed webhook "
+            "secret did, for that owner or repository only. Unset: only the secret lines."
+        ),
+    )
     insecure_accept_unsigned_webhooks: bool = Field(
         False, description="Accept deliveries without any signature. For local experiments only."
     )
@@ -175,12 +186,19 @@ class Settings(RedisSettings):
 
     @model_validator(mode="after")
     def _secret_or_explicitly_insecure(self) -> Settings:
-        if not self.webhook_secrets and not self.insecure_accept_unsigned_webhooks:
+        if not self.webhook_secrets and not self.webhook_key and not self.insecure_accept_unsigned_webhooks:
             raise ValueError(
                 "no webhook secret: set GRS_WEBHOOK_SECRET or GRS_WEBHOOK_SECRET_FILE "
                 "(or GRS_INSECURE_ACCEPT_UNSIGNED_WEBHOOKS=true to accept unsigned deliveries)"
             )
         return self
+
+    @property
+    def deriver(self) -> Deriver | None:
+        """The managed webhooks' secrets (`hook_keys`), for every instance; None without GRS_WEBHOOK_KEY."""
+        if self.webhook_key is None:
+            return None
+        return Deriver(self.webhook_key.get_secret_value().strip().encode("utf-8"), ("", *self.instances))
 
     @property
     def signing_keys(self) -> tuple[SigningKey, ...]:

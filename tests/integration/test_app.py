@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from tests.conftest import SECRET, RecordedDelivery
 from tests.jobs import gitea_time, model, payload, signed, stored
 from tests.redis_server import RedisServer
+from webhook_scaler import hook_keys
 from webhook_scaler.app import create_app
 from webhook_scaler.settings import Settings
 from webhook_scaler.store.jobs.model import ALL, JobUpdate, Scope
@@ -294,6 +295,23 @@ async def two_tenants(
         return await client.post("/webhook", data=raw, headers=headers)
 
     return client, deliver
+
+
+async def test_a_managed_webhooks_secret_records_its_owners_jobs_and_nobody_elses(
+    aiohttp_client: MakeClient, redis: Redis
+) -> None:
+    """A receiver with the webhook key only (GRS_WEBHOOK_KEY, no secret line): a delivery signed with the
+    secret the reconciler gave acme's webhook is recorded; the same secret about another owner's job is
+    refused 401 and writes nothing."""
+    key = "k" * 32
+    app = create_app(Settings(webhook_key=key), redis=redis, registry=CollectorRegistry())
+    client = await aiohttp_client(app)
+    acme = hook_keys.secret(key.encode(), instance="", kind="owner", target="acme")
+    raw, headers = signed(payload("queued", job_id=5, repo="acme/widgets"), secret=acme)
+    assert (await client.post("/webhook", data=raw, headers=headers)).status == 200
+    raw, headers = signed(payload("queued", job_id=6, repo="evil/tools"), secret=acme)
+    assert (await client.post("/webhook", data=raw, headers=headers)).status == 401
+    assert [j.job_id for j in await JobStore(redis).queued(ALL)] == [5]
 
 
 async def test_a_secret_bound_to_owners_speaks_for_theirs_only_and_no_delivery_moves_anothers_job(
