@@ -26,7 +26,7 @@ from reconciler.kube.egress import DIRECT, Egress
 from reconciler.kube.informers import caches
 from reconciler.kube.objects import GroupObject, JobObject, PodObject
 from reconciler.loop.apply import GroupPass
-from reconciler.loop.demand import NONE, Queues
+from reconciler.loop.demand import NONE, Queues, observe
 from reconciler.loop.errors import kind_of
 from reconciler.loop.gitea_runners import RunnerRows
 from reconciler.loop.group_views import GroupViews, contained
@@ -244,7 +244,7 @@ class Controller:
                 self.scheduler.start(group, spec, problem, demand.get((group.namespace, group.name), NONE))
             except Exception as exc:  # what one group brings never stops the round of the others
                 contained(self.metrics, group, "round", exc)
-        await self._observe()
+        await observe(self.queues, self._group_of_runner, self.metrics)
         self._forget({(g.namespace, g.name) for g, _, _ in views})
         self.metrics.pass_seconds.observe(time.perf_counter() - started)
 
@@ -261,25 +261,6 @@ class Controller:
     def _keep(self, task: asyncio.Task[None]) -> None:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-    async def _observe(self) -> None:
-        """Turn the facts the receivers recorded (a runner took a job, a job completed) into the metrics
-        of the runner's group. Each fact is taken by one replica only, so sums across replicas count
-        each job once; facts about runners that are not ours, or not of that Gitea instance's groups, are
-        dropped (`Queues.observations`)."""
-        try:
-            facts = await self.queues.observations(self._group_of_runner)
-        except Exception as exc:  # the metrics wait for Redis; the round does not
-            log.warning("observations unavailable", extra={"error": repr(exc)})
-            return
-        for key, fact in facts:
-            group = f"{key[0]}/{key[1]}"
-            if fact.kind == "picked":
-                self.metrics.queue_wait.labels(group=group).observe(fact.seconds)
-                continue
-            self.metrics.jobs_completed.labels(group=group, conclusion=fact.conclusion or "unknown").inc()
-            if fact.seconds >= 0:
-                self.metrics.run_seconds.labels(group=group).observe(fact.seconds)
 
     async def reconcile_group(
         self, group: GroupObject, spec: RunnerGroupSpec, queued: list[QueuedJob], state: GroupState

@@ -11,15 +11,19 @@ id per queued job plus the rows of the windows.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from reconciler.decide.assign import EVERY_PROVEN, CachedIndex, GroupIndex, Standing, group_of
 from reconciler.decide.instances import instance_of
+from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from webhook_scaler.store.jobs.model import Observation, QueuedJob
 from webhook_scaler.store.jobs.records import JobStore, queued_job
+
+log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 HELD_EVERY = 1.0  # seconds between counts of the jobs Gitea holds `waiting` (a report, not demand)
@@ -167,3 +171,23 @@ class Queues:
                 if key is not None and self._instance_of.get(key) == instance:
                     out.append((key, fact))
         return out
+
+
+async def observe(queues: Queues, group_of_runner: Mapping[str, Key], metrics: Metrics) -> None:
+    """Turn the facts the receivers recorded (a runner took a job, a job completed) into the metrics
+    of the runner's group. Each fact is taken by one replica only, so sums across replicas count
+    each job once; facts about runners that are not ours, or not of that Gitea instance's groups, are
+    dropped (`Queues.observations`)."""
+    try:
+        facts = await queues.observations(group_of_runner)
+    except Exception as exc:  # the metrics wait for Redis; the round does not
+        log.warning("observations unavailable", extra={"error": repr(exc)})
+        return
+    for key, fact in facts:
+        group = f"{key[0]}/{key[1]}"
+        if fact.kind == "picked":
+            metrics.queue_wait.labels(group=group).observe(fact.seconds)
+            continue
+        metrics.jobs_completed.labels(group=group, conclusion=fact.conclusion or "unknown").inc()
+        if fact.seconds >= 0:
+            metrics.run_seconds.labels(group=group).observe(fact.seconds)
