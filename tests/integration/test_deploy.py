@@ -27,13 +27,17 @@ from redis.asyncio import Redis
 from reconciler.kube import crd_apply, secrets
 from reconciler.kube.crd import crd
 from reconciler.kube.placement import Nodes, Placement
+from reconciler.loop.controller import Controller
+from reconciler.loop.drain import FINALIZER
 from reconciler.settings import Settings as ReconcilerSettings
 from tests.e2e.node_stack import wait_for
+from tests.fake_gitea import FakeGitea
 from tests.groups import spec_dict
 from tests.integration.test_reconciler import (
     API_TOKEN,
     REG_TOKEN,
     RG,
+    MakeServer,
     eventually,
     group,
     group_status,
@@ -508,8 +512,12 @@ def sa_token(kube: KubeCluster, namespace: str, name: str) -> str:
 
 
 async def test_reconciler_runs_under_the_charts_rbac_and_nothing_more(
-    kube: KubeCluster, redis_server: RedisServer, tmp_path: Path
+    kube: KubeCluster, redis_server: RedisServer, tmp_path: Path, aiohttp_server: MakeServer
 ) -> None:
+    """Every path of the reconciler, under the chart's ServiceAccount: the token Secrets read for the poll,
+    a runner Job and its credential Secret created, the status written, the finalizer set, the ghost
+    sweep, and a deleted group's drain (its idle runner's Job deleted, the finalizer taken off); and
+    what lies outside the chart's RBAC is refused."""
     ns = f"chart-{uuid.uuid4().hex[:6]}"
     other = f"other-{uuid.uuid4().hex[:6]}"
     for name in (ns, other):
@@ -531,23 +539,25 @@ async def test_reconciler_runs_under_the_charts_rbac_and_nothing_more(
         },
     }
     assert api_request(kube, "POST", f"/api/v1/namespaces/{ns}/secrets", secret)[0] == 201
-    assert api_request(kube, "POST", RG.format(ns=ns), group("chart-group", labels=[], defaultLabels=[]))[0] == 201
+    fake = FakeGitea(token=API_TOKEN)
+    url = str((await aiohttp_server(fake.app())).make_url("")).rstrip("/")
+    fake.add_job(4242, repo="acme/widgets", labels=[])  # Gitea lists it queued: the poll keeps it
+    assert (
+        api_request(
+            kube, "POST", RG.format(ns=ns), group("chart-group", labels=[], defaultLabels=[], gitea={"url": url})
+        )[0]
+        == 201
+    )
 
     redis = Redis.from_url(redis_server.url)
     await redis.flushall()
     await queue(redis, 4242, labels=[])
-    async with running_controller(kubeconfig, redis_server.url, ns, poll_enabled=True, poll_interval=1):
-        jobs = await eventually(lambda: runner_jobs(kube, ns))
-        assert jobs[0]["metadata"]["annotations"]["gitea.bpg.pw/job-id"] == "4242"
-        await eventually(lambda: group_status(kube, ns, "chart-group").get("activeRunners") == 1)
-        # The poll read the authToken Secret (get): Gitea is unreachable, not the Secret.
-        cond = await eventually(
-            lambda: (
-                group_status(kube, ns, "chart-group")["conditions"].get("GiteaReachable", {}).get("reason")
-                == "PollFailed"
-            )
-        )
-        assert cond
+    async with running_controller(
+        kubeconfig, redis_server.url, ns, poll_enabled=True, poll_interval=1, gitea_url=url
+    ) as controller:
+        (job,) = await eventually(lambda: runner_jobs(kube, ns))
+        await _served_under_the_chart(kube, ns, job, fake, controller)
+        await _drained_under_the_chart(kube, ns, job, fake)
     await redis.aclose()
 
     # What the chart allows the reconciler...
@@ -558,8 +568,9 @@ async def test_reconciler_runs_under_the_charts_rbac_and_nothing_more(
     assert as_sa("GET", f"/api/v1/namespaces/{other}/secrets/any") == 403
     assert as_sa("GET", "/api/v1/secrets") == 403
     # It made the runner's credential Secret, and may make Secrets only in the served namespace.
-    assert api_request(kube, "GET", f"/api/v1/namespaces/{ns}/secrets/{runner_of(jobs[0])}")[0] == 200
+    assert api_request(kube, "GET", f"/api/v1/namespaces/{ns}/secrets/{runner_of(job)}")[0] == 200
     assert as_sa("POST", f"/api/v1/namespaces/{other}/secrets", {"metadata": {"name": "x"}}) == 403
+    assert as_sa("DELETE", f"/api/v1/namespaces/{ns}/secrets/gitea") == 403
     assert as_sa("GET", f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{other}/runnergroups") == 403
     assert as_sa("DELETE", RG.format(ns=ns) + "/chart-group") == 403
     assert (
@@ -571,6 +582,38 @@ async def test_reconciler_runs_under_the_charts_rbac_and_nothing_more(
         == 403
     )
     assert as_sa("GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles") == 403
+
+
+async def _served_under_the_chart(
+    kube: KubeCluster, ns: str, job: dict[str, Any], fake: FakeGitea, controller: Controller
+) -> None:
+    """The create path, the Secret reads, the status and the finalizer, then the ghost sweep."""
+    assert job["metadata"]["annotations"]["gitea.bpg.pw/job-id"] == "4242"
+    path = RG.format(ns=ns) + "/chart-group"
+    # The poll read the authToken Secret (get) and reached Gitea; the status says so (status patch).
+    await eventually(
+        lambda: (
+            (s := group_status(kube, ns, "chart-group")).get("activeRunners") == 1
+            and s["conditions"].get("GiteaReachable", {}).get("status") == "True"
+        )
+    )
+    assert fake.requests["org_jobs"] or fake.requests["repo_jobs"], fake.requests
+    await eventually(lambda: FINALIZER in (api_request(kube, "GET", path)[1]["metadata"].get("finalizers") or []))
+    # A row an earlier runner of the group left behind, its Job gone: the sweep deletes it (the Jobs read).
+    fake.add_runner(runner_of(job))  # the runner's own row, online and idle
+    ghost = fake.add_runner(f"{job['metadata']['name']}.0badc0de", status="offline")
+    assert [await controller.sweep_once() for _ in range(2)] == [0, 1], "a ghost goes at its second sweep"
+    assert fake.deleted == [ghost]
+
+
+async def _drained_under_the_chart(kube: KubeCluster, ns: str, job: dict[str, Any], fake: FakeGitea) -> None:
+    """The group deleted: its idle runner disabled and deleted in Gitea, its Job deleted, the finalizer off."""
+    path = RG.format(ns=ns) + "/chart-group"
+    assert api_request(kube, "DELETE", path)[0] == 200
+    await eventually(lambda: not runner_jobs(kube, ns), timeout=30)
+    await eventually(lambda: api_request(kube, "GET", path)[0] == 404, timeout=30)
+    assert len(fake.deleted) == 2 and not fake.runners, "the idle runner's row went with it"
+    assert api_request(kube, "GET", f"/apis/batch/v1/namespaces/{ns}/jobs/{job['metadata']['name']}")[0] == 404
 
 
 def _served(kube: KubeCluster, ns: str, *, active: int, poll: str) -> bool:
