@@ -1,13 +1,17 @@
-"""An in-process fake of the Gitea Actions API, kept honest against Gitea's own OpenAPI spec.
+"""An in-process fake of the Gitea Actions API, kept honest against Gitea's own answers.
 
-Every response body it sends is validated against tests/data/gitea/swagger.v1.json (Gitea 1.25.5;
-the runner `PATCH` of 1.26 against swagger.v1.1.26.0-dev.json, request body included), so it cannot
-drift from what Gitea really sends. A failed check is recorded, not answered as a 500 (which the
-product would retry as transient): the autouse fixture in tests/conftest.py fails the test.
-The runner `Register` RPC (connect over HTTP, JSON; not in the OpenAPI spec) answers as Gitea 1.26's
-handler does, plain errors included. It reproduces the quirks the poller must survive:
-`limit` capped at 50, every row when `page` is omitted, repeatable `status`, 400 on an unknown
-status, and `steps: null` in lists.
+It answers as the Gitea of its `version` does (default 1.26.0, the one the node tests run; 1.25 where a
+test sets an earlier one). Every response body it sends is validated against that Gitea's OpenAPI spec
+made strict by recorded answers (`tests.gitea_spec`: required fields, no extra ones, arrays null only
+where Gitea sends null), and tests/integration/test_fake_gitea_answers.py compares its answers field by
+field with those Gitea 1.26 gave (tests/data/gitea-1.26/, recorded by tests/gitea_record.py). A failed
+check is recorded, not answered as a 500 (which the product would retry as transient): the autouse
+fixture in tests/conftest.py fails the test. The runner `Register` RPC (connect over HTTP, JSON; not in
+the OpenAPI spec) answers as Gitea 1.26's handler does, plain errors included. It reproduces what the
+poller must survive: `limit` capped at 50 (30 when not given), every status filter Gitea takes
+(repeatable; 400 on an unknown one), the paging headers (`X-Total-Count`, `Link` from Gitea's ROOT_URL:
+1.26's jobs lists, every release's repository and org lists; never the runners lists), and 1.25's
+quirks: every row when `page` is omitted, `steps: null` in lists.
 """
 
 from __future__ import annotations
@@ -29,59 +33,38 @@ from aiohttp import web
 
 from reconciler.gitea.api import GiteaError, PollScope
 from reconciler.gitea.register import Registrar, Registration, RegistrationRefused
+from tests.gitea_spec import RECORDED, ROOT_URL, SwaggerValidator, paging_headers, validator
 from tests.redis_server import free_port
 
 DATA = Path(__file__).parent / "data" / "gitea"
 REGISTRATION_TOKEN = "fake-registration-token"  # what a new FakeGitea registers runners with
-_STATUS_QUERY = {
-    "queued": {"queued"},
-    "in_progress": {"in_progress"},
-    "waiting": {"waiting"},
-    "pending": {"waiting"},
-    "requested": {"waiting"},
-    "action_required": {"waiting"},
-    "completed": {"completed"},
+__all__ = ["REGISTRATION_TOKEN", "FakeGitea", "FakeRegistrar", "SwaggerValidator", "served"]
+# Gitea's status filters (`convertToInternal`, routers/api/v1/shared/action.go): the (status,
+# conclusion) rows each takes, None for any conclusion.
+_STATUS_QUERY: dict[str, set[tuple[str, str | None]]] = {
+    **{key: {("waiting", None)} for key in ("pending", "waiting", "requested", "action_required")},
+    "queued": {("queued", None)},
+    "in_progress": {("in_progress", None)},
+    "completed": {("completed", None)},
+    "success": {("completed", "success")},
+    "failure": {("completed", "failure")},
+    **{key: {("completed", "skipped")} for key in ("skipped", "neutral")},
+    **{key: {("completed", "cancelled")} for key in ("cancelled", "timed_out")},
 }
+RUNNER_STATES = ("online", "offline")  # all `ToActionRunner` sends; busy only when online (an active runner)
+CONCLUSIONS = ("success", "failure", "skipped", "cancelled")  # of a completed job (`ToActionsStatus`)
 
 
-def _allow_null_arrays(node: Any) -> Any:
-    # Go renders nil slices as null and Swagger 2.0 cannot say "nullable": accept null for arrays.
-    if isinstance(node, dict):
-        out = {k: _allow_null_arrays(v) for k, v in node.items()}
-        if out.get("type") == "array":
-            out["type"] = ["array", "null"]
-        return out
-    if isinstance(node, list):
-        return [_allow_null_arrays(v) for v in node]
-    return node
+def error_body(message: str, *, errors: bool = False) -> dict[str, Any]:
+    """Gitea's API error (`APIError`): its message, the swagger URL, and `errors: null` where Gitea adds it
+    (`APIErrorNotFound`)."""
+    return ({"errors": None} if errors else {}) | {"message": message, "url": f"{ROOT_URL}api/swagger"}
 
 
-class SwaggerValidator:
-    """Validates bodies against a definition or a path's 200 response in Gitea's spec."""
-
-    def __init__(self, path: Path = DATA / "swagger.v1.json") -> None:
-        self.spec = _allow_null_arrays(json.loads(path.read_text()))
-
-    def _check(self, schema: dict[str, Any], body: Any) -> None:
-        root: dict[str, Any] = {**self.spec, **schema}
-        jsonschema.Draft4Validator(root).validate(body)
-
-    def response(self, path: str, body: Any, *, method: str = "get") -> None:
-        """Raise jsonschema.ValidationError unless `body` fits `method path`'s 200 response."""
-        ref = self.spec["paths"][path][method]["responses"]["200"]["$ref"]
-        if ref.startswith("#/definitions/"):  # the runners lists point at a definition, not a response
-            self._check({"$ref": ref}, body)
-        else:
-            self._check(self.spec["responses"][ref.rsplit("/", 1)[1]]["schema"], body)
-
-    def has(self, method: str, path: str, status: int) -> bool:
-        """Whether Gitea's spec documents this answer to `method path`."""
-        return str(status) in self.spec["paths"][path][method.lower()]["responses"]
-
-    def request(self, method: str, path: str, body: Any) -> None:
-        """Raise jsonschema.ValidationError unless `body` fits `method path`'s body parameter."""
-        (param,) = [p for p in self.spec["paths"][path][method.lower()]["parameters"] if p["in"] == "body"]
-        self._check(param["schema"], body)
+def user_row(login: str, *, user_id: int = 1) -> dict[str, Any]:
+    """A user as Gitea 1.26 answers `GET /user` (its recorded answer, renamed)."""
+    row: dict[str, Any] = json.loads((RECORDED / "user.json").read_text())["body"]
+    return row | {"id": user_id, "login": login, "email": f"{login}@example.com", "html_url": f"{ROOT_URL}{login}"}
 
 
 LIVE: list[FakeGitea] = []  # every fake made, for the check that fails the test it answered badly in
@@ -94,14 +77,12 @@ class FakeGitea:
         self.token = token
         # registration token -> the scope its runners register in, as Gitea keeps them
         self.registration_tokens: dict[str, tuple[str, str]] = {registration_token: ("org", "acme")}
-        self.validator = SwaggerValidator()
-        self.validator_126 = SwaggerValidator(DATA / "swagger.v1.1.26.0-dev.json")
         self.errors: list[str] = []  # failed checks against Gitea's spec
         # called after an answer to the endpoint is made, before it is sent: a test's interleaving
         self.after: dict[str, Callable[[], None]] = {}
         self.disable_supported = True  # False: answer PATCH as Gitea 1.25 does (405)
         self.refused: set[str] = set()  # endpoints the token may not use (403), e.g. "global_runners"
-        self.version = "1.25.0"  # before 1.25, Gitea has no jobs API: its paths answer 404
+        self.version = "1.26.0"  # 1.25: its answers; before 1.25, Gitea has no jobs API: its paths answer 404
         LIVE.append(self)
         self.jobs: dict[int, dict[str, Any]] = {}
         self.repos: dict[str, dict[str, Any]] = {}
@@ -116,31 +97,72 @@ class FakeGitea:
         self._job_template = template["jobs"][0]
         self._repo_template = json.loads((DATA / "webhooks" / "01-queued.json").read_text())["repository"]
 
+    @property
+    def validator(self) -> SwaggerValidator:
+        """The strict check of the Gitea this fake answers as (`version`)."""
+        return validator(self.version)
+
+    def at_least(self, major: int, minor: int) -> bool:
+        """Whether the fake answers as Gitea `major.minor` or later."""
+        return tuple(int(p) for p in self.version.split(".")[:2]) >= (major, minor)
+
     def add_job(
-        self, job_id: int, *, repo: str, status: str = "queued", labels: list[str] | None = None, attempt: int = 0
+        self,
+        job_id: int,
+        *,
+        repo: str,
+        status: str = "queued",
+        labels: list[str] | None = None,
+        attempt: int = 0,
+        conclusion: str | None = None,
+        runner: tuple[int, str] | None = None,
     ) -> dict[str, Any]:
-        """Add or replace a job."""
+        """Add or replace a job; a completed one has a conclusion (default success), no other has one;
+        `runner`: the (id, name) of the runner that took it."""
+        if status == "completed":
+            conclusion = conclusion or "success"
+        if (conclusion is None) != (status != "completed") or (conclusion and conclusion not in CONCLUSIONS):
+            raise ValueError(f"Gitea never lists a job {status} with conclusion {conclusion!r}")
         owner, name = repo.split("/")
         job: dict[str, Any] = copy.deepcopy(self._job_template)
         job.update(
             id=job_id,
-            url=f"https://gitea.example.com/api/v1/repos/{owner}/{name}/actions/jobs/{job_id}",
+            url=f"{ROOT_URL}api/v1/repos/{owner}/{name}/actions/jobs/{job_id}",
             status=status,
             labels=labels if labels is not None else ["ubuntu-latest"],
             run_attempt=attempt,
         )
+        if conclusion:
+            job["conclusion"] = conclusion
+        if runner:  # a task: its runner, and its step (each step reports the job's status: `ToActionWorkflowJob`)
+            job |= {"runner_id": runner[0], "runner_name": runner[1]}
+            step = {"name": "Run true", "number": 0, "status": status} | (
+                {"conclusion": conclusion} if conclusion else {}
+            )
+            job["steps"] = [step | {"started_at": "1970-01-01T00:00:00Z", "completed_at": "1970-01-01T00:00:00Z"}]
         self.jobs[job_id] = job
+        self.add_repo(repo)
+        return job
+
+    def add_repo(self, repo: str) -> dict[str, Any]:
+        """The repository `owner/name`, added if it is new."""
         if repo not in self.repos:
+            owner, name = repo.split("/")
             r = copy.deepcopy(self._repo_template)
             r.update(id=len(self.repos) + 1, name=name, full_name=repo)
             r["owner"] = {**r["owner"], "login": owner, "username": owner}
             self.repos[repo] = r
-        return job
+        return self.repos[repo]
 
     def add_runner(
         self, name: str, *, scope: tuple[str, str] = ("org", "acme"), status: str = "online", busy: bool = False
     ) -> int:
-        """Register a runner row in a scope (("repo", "o/r"), ("org", o), ("user", u) or ("global", ""))."""
+        """Register a runner row in a scope (("repo", "o/r"), ("org", o), ("user", u) or ("global", ""));
+        `status` online or offline, `busy` only online, as Gitea sends them."""
+        if status not in RUNNER_STATES or (busy and status != "online"):
+            raise ValueError(
+                f"Gitea never sends a runner {status!r} with busy={busy}: {RUNNER_STATES}, busy only online"
+            )
         runner_id = max(self.runners, default=0) + 1
         self.runners[runner_id] = {
             "id": runner_id,
@@ -201,12 +223,12 @@ class FakeGitea:
                 return denied
             scope = self._scope_of(request, kind)
             rows = [
-                {k: v for k, v in r.items() if k != "_scope"}
+                self._runner_row(r)
                 for r in self.runners.values()
                 if kind == "global" or r["_scope"] == scope  # the instance's listing has every runner
             ]
             rows.sort(key=lambda r: r["status"] == "offline")  # Gitea's order: the last seen online first
-            body = {"runners": self._page(request, rows), "total_count": len(rows)}
+            body = {"runners": self._page(request, rows)[0], "total_count": len(rows)}  # no paging headers
             self._valid(self.validator.response, f"{prefix}/actions/runners", body)
             return self._answer(f"{kind}_runners", body)
 
@@ -221,9 +243,9 @@ class FakeGitea:
             row = self.runners.get(int(request.match_info["runner_id"]))
             if row is None or not self._editable(row, request, kind):  # Gitea's GetRunner: its own scope only
                 self._valid(self._documented, "GET", path, 404)
-                return web.json_response({"message": "runner not found"}, status=404)
-            body = {k: v for k, v in row.items() if k != "_scope"}
-            self._valid(self.validator_126.response, path, body)
+                return self._not_found(row)
+            body = self._runner_row(row)
+            self._valid(self.validator.response, path, body)
             return self._answer(f"{kind}_runner", body)
 
         return handle
@@ -257,14 +279,16 @@ class FakeGitea:
                 return denied
             path = f"{prefix}/actions/runners/{{runner_id}}"
             form = await request.json()
-            self._valid(self.validator_126.request, "PATCH", path, form)
+            self._valid(validator("1.26").request, "PATCH", path, form)
             row = self.runners.get(int(request.match_info["runner_id"]))
             if row is None or not self._editable(row, request, kind):
                 self._valid(self._documented, "PATCH", path, 404)
-                return web.json_response({"message": "runner not found"}, status=404)
-            row["disabled"] = bool(form.get("disabled"))
-            body = {k: v for k, v in row.items() if k != "_scope"}
-            self._valid(self.validator_126.response, path, body, method="patch")
+                return self._not_found(row)
+            if not isinstance(form.get("disabled"), bool):
+                return web.json_response(error_body("[Disabled]: Required"), status=422)
+            row["disabled"] = form["disabled"]
+            body = self._runner_row(row)
+            self._valid(validator("1.26").response, path, body, method="patch")
             return self._answer(f"{kind}_runner_disable", body)
 
         return handle
@@ -293,21 +317,34 @@ class FakeGitea:
             runner["ephemeral"] = True  # connect's JSON leaves out a false
         return self._answer("register", {"runner": runner})
 
+    def _runner_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A runner row as this Gitea sends it (`disabled` from 1.26)."""
+        return {k: v for k, v in row.items() if k != "_scope" and (k != "disabled" or self.at_least(1, 26))}
+
+    @staticmethod
+    def _not_found(row: dict[str, Any] | None) -> web.Response:
+        """Gitea's 404 for a runner: none by that id, or one outside the scope asked through."""
+        message = "Runner not found" if row is None else "No permission to access this runner"
+        return web.json_response(error_body(message, errors=True), status=404)
+
     def _documented(self, method: str, path: str, status: int) -> None:
-        if not self.validator_126.has(method, path, status):
+        if not validator("1.26").has(method, path, status):
             raise AssertionError(f"{method} {path} answered {status}, which Gitea's spec does not document")
 
     def _valid(self, check: Callable[..., None], *args: Any, **kwargs: Any) -> None:
         try:
             check(*args, **kwargs)
         except Exception as exc:  # recorded for the test to fail on, never answered as a 500
-            self.errors.append(f"{getattr(check, '__name__', check)}{args[:2]}: {exc}"[:2000])
+            said = str(exc)
+            if isinstance(exc, jsonschema.ValidationError):  # where in the body, not the whole body
+                said = f"{exc.message[:500]} at /{'/'.join(str(p) for p in exc.absolute_path)}"
+            self.errors.append(f"{getattr(check, '__name__', check)}({args[0]!r}): {said}"[:2000])
 
-    def _answer(self, endpoint: str, body: Any) -> web.Response:
+    def _answer(self, endpoint: str, body: Any, headers: dict[str, str] | None = None) -> web.Response:
         hook = self.after.get(endpoint)
         if hook is not None:
             hook()
-        return web.json_response(body)
+        return web.json_response(body, headers=headers)
 
     def _delete_runner(self, prefix: str, kind: str) -> Any:
         async def handle(request: web.Request) -> web.Response:
@@ -319,7 +356,7 @@ class FakeGitea:
             path = f"{prefix}/actions/runners/{{runner_id}}"
             if row is None or not self._editable(row, request, kind):  # unknown or outside the scope
                 self._valid(self._documented, "DELETE", path, 404)
-                return web.json_response({"message": "runner not found"}, status=404)
+                return self._not_found(row)
             del self.runners[runner_id]
             self.deleted.append(runner_id)
             self._valid(self._documented, "DELETE", path, 204)
@@ -333,13 +370,14 @@ class FakeGitea:
     def _auth(self, request: web.Request, endpoint: str) -> web.Response | None:
         self.requests[endpoint] += 1
         if request.headers.get("Authorization") not in (f"token {self.token}", f"Bearer {self.token}"):
-            return web.json_response({"message": "token is required"}, status=401)
+            return web.json_response(error_body("invalid username, password or token"), status=401)
         if endpoint in self.refused:
-            return web.json_response({"message": "token does not have at least one of required scope(s)"}, status=403)
-        if endpoint.endswith("_jobs") and tuple(int(p) for p in self.version.split(".")[:2]) < (1, 25):
-            return web.json_response({"errors": None, "message": "not found", "url": ""}, status=404)
+            said = "token does not have at least one of required scope(s), required=[write:organization]"
+            return web.json_response(error_body(said), status=403)
+        if endpoint.endswith("_jobs") and not self.at_least(1, 25):
+            return web.json_response(error_body("not found", errors=True), status=404)
         if self.fail_with:
-            return web.json_response({"message": "injected"}, status=self.fail_with)
+            return web.json_response(error_body("injected"), status=self.fail_with)
         return None
 
     async def _version(self, request: web.Request) -> web.Response:
@@ -348,25 +386,42 @@ class FakeGitea:
         self._valid(self.validator.response, "/version", body)
         return web.json_response(body)
 
-    def _page(self, request: web.Request, rows: list[Any]) -> list[Any]:
-        limit = min(int(request.query.get("limit", "30")), 50)
-        if "page" not in request.query:  # Gitea 1.25's FindAndCount applies LIMIT only when page >= 1
-            return rows
-        page = max(int(request.query["page"]), 1)
-        return rows[(page - 1) * limit : page * limit]
+    def _page(self, request: web.Request, rows: list[Any]) -> tuple[list[Any], dict[str, str]]:
+        """The page of `rows` asked for (`GetListOptions`: limit 30 unless given, at most 50) and the paging
+        headers Gitea's `SetLinkHeader` and `SetTotalCountHeader` write for it (for the lists that send them)."""
+        limit = int(request.query.get("limit", "0") or 0)
+        limit = 30 if limit <= 0 else min(limit, 50)
+        page = int(request.query.get("page", "0") or 0)
+        headers = paging_headers(request.path, list(request.query.items()), total=len(rows), page_size=limit, page=page)
+        if "page" not in request.query and not self.at_least(1, 26):  # 1.25's FindAndCount: LIMIT only if page >= 1
+            return rows, headers
+        page = max(page, 1)
+        return rows[(page - 1) * limit : page * limit], headers
 
     def _jobs_response(
         self, request: web.Request, swagger_path: str, repo_filter: Any, *, endpoint: str
     ) -> web.Response:
-        wanted: set[str] = set()
+        wanted: set[tuple[str, str | None]] = set()
         for value in request.query.getall("status", []):
             if value not in _STATUS_QUERY:
-                return web.json_response({"message": f"Invalid status {value}", "url": ""}, status=400)
+                return web.json_response(error_body(f"Invalid status {value}"), status=400)
             wanted |= _STATUS_QUERY[value]
-        rows = [j for j in self.jobs.values() if repo_filter(self.repo_of(j)) and (not wanted or j["status"] in wanted)]
-        body = {"jobs": self._page(request, rows), "total_count": len(rows)}
+        rows = [
+            self._job_row(j) for j in self.jobs.values() if repo_filter(self.repo_of(j)) and self._wanted(j, wanted)
+        ]
+        page, headers = self._page(request, rows)
+        body = {"jobs": page, "total_count": len(rows)}
         self._valid(self.validator.response, swagger_path, body)
-        return self._answer(endpoint, body)
+        return self._answer(endpoint, body, headers if self.at_least(1, 26) else {})  # 1.26 added them (#36521)
+
+    @staticmethod
+    def _wanted(job: dict[str, Any], wanted: set[tuple[str, str | None]]) -> bool:
+        return not wanted or any(job["status"] == s and c in (None, job.get("conclusion")) for s, c in wanted)
+
+    def _job_row(self, job: dict[str, Any]) -> dict[str, Any]:
+        """A job as this Gitea lists it: `steps` null before 1.26 (never loaded), a list from 1.26."""
+        steps = (job["steps"] or []) if self.at_least(1, 26) else None
+        return job | {"steps": steps}
 
     async def _repo_jobs(self, request: web.Request) -> web.Response:
         denied = self._auth(request, "repo_jobs")
@@ -374,7 +429,7 @@ class FakeGitea:
             return denied
         full = f"{request.match_info['owner']}/{request.match_info['repo']}".lower()
         if full in {p.lower() for p in self.private}:
-            return web.json_response({"errors": None, "message": "not found", "url": ""}, status=404)
+            return web.json_response(error_body("not found", errors=True), status=404)
         return self._jobs_response(
             request, "/repos/{owner}/{repo}/actions/jobs", lambda r: r.lower() == full, endpoint="repo_jobs"
         )
@@ -401,21 +456,28 @@ class FakeGitea:
         user = request.match_info["username"].lower()
         hidden = {p.lower() for p in self.private}
         owned = [(full.lower(), r) for full, r in self.repos.items() if full.split("/")[0].lower() == user]
-        rows = [r for full, r in owned if full not in hidden]
-        body = self._page(request, rows)
+        rows = [self._repo_row(r) for full, r in owned if full not in hidden]
+        body, headers = self._page(request, rows)
         self._valid(self.validator.response, "/users/{username}/repos", body)
-        return self._answer("user_repos", body)
+        return self._answer("user_repos", body, headers)
+
+    def _repo_row(self, repo: dict[str, Any]) -> dict[str, Any]:
+        """A repository as this Gitea sends it (`branch_count` from 1.26)."""
+        return repo | {"branch_count": 1} if self.at_least(1, 26) else repo
 
     async def _user_orgs(self, request: web.Request) -> web.Response:
         denied = self._auth(request, "user_orgs")
         if denied:
             return denied
-        fields = {"full_name": "", "email": "", "avatar_url": "", "description": "", "website": "", "location": ""}
-        fields |= {"visibility": "public"}
-        rows = [{"id": i + 1, "name": o, "username": o, **fields} for i, o in enumerate(self.orgs)]
-        body = self._page(request, rows)
+        fields: dict[str, Any] = {"full_name": "", "email": "", "description": "", "website": "", "location": ""}
+        fields |= {"visibility": "public", "repo_admin_change_team_access": False}
+        rows = [
+            {"id": i + 2, "name": o, **fields, "avatar_url": f"{ROOT_URL}avatars/{i + 2}", "username": o}
+            for i, o in enumerate(self.orgs)
+        ]
+        body, headers = self._page(request, rows)
         self._valid(self.validator.response, "/user/orgs", body)
-        return self._answer("user_orgs", body)
+        return self._answer("user_orgs", body, headers)
 
 
 class FakeRegistrar(Registrar):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from reconciler.gitea.api import GiteaError, PollScope
-from tests.fake_gitea import FakeGitea
+from tests.fake_gitea import FakeGitea, user_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +77,7 @@ class TenantGitea(FakeGitea):
         tenant = self._tenant(request)
         if tenant is None:
             return web.json_response({"message": "token is required"}, status=401)
-        body = {"id": 1, "login": tenant.login, "login_name": "", "full_name": "", "email": f"{tenant.login}@x.test"}
+        body = user_row(tenant.login)
         self._valid(self.validator.response, "/user", body)
         return self._answer("user", body)
 

@@ -108,7 +108,7 @@ async def test_a_name_given_again_is_asked_about_by_the_live_runners_row_not_the
     row decides: busy, the runner stays; idle, that row is disabled and deleted, the left one untouched."""
     fake, url = gitea
     left = fake.add_runner("builders-7-0", status="offline")
-    live = fake.add_runner("builders-7-0", status="active" if now_busy else "idle", busy=now_busy)
+    live = fake.add_runner("builders-7-0", status="online", busy=now_busy)
     vetted, _ = await vet(url, [Delete("builders-7-0", "job_over", 7)])
     assert vetted.allowed == ([] if now_busy else [Delete("builders-7-0", "job_over", 7)])
     assert fake.deleted == ([] if now_busy else [live]) and not fake.runners[left]["disabled"]
