@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import socket
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 
 from reconciler.kube.placement import Placement
 from reconciler.kube.runner_policy import RunnerPolicy
+from webhook_scaler.config import FromFile
 from webhook_scaler.gitea import instance_url
 from webhook_scaler.settings import RedisSettings
 
@@ -99,6 +100,25 @@ class Settings(RedisSettings):
             "an instance of GRS_GITEA_INSTANCES is refused. Unset = the one URL of GRS_GITEA_URLS that "
             "GRS_GITEA_INSTANCES does not name, if there is exactly one; else no default instance."
         ),
+    )
+    webhook_manage: bool = Field(
+        False,
+        description=(
+            "Install the `workflow_job` webhook of each proven RunnerGroup's scope in Gitea with the group's API "
+            "token (it needs write: on the scope's hooks), signed with a secret of that scope's own (derived from "
+            "GRS_WEBHOOK_KEY), and delete it when the scope's last group goes. Needs GRS_WEBHOOK_URL and "
+            "GRS_WEBHOOK_KEY."
+        ),
+    )
+    webhook_url: str = Field(
+        "",
+        pattern=r"^(https?://[^\s,]+)?$",
+        description="Where Gitea delivers the webhooks the reconciler installs: the receiver as Gitea reaches it.",
+    )
+    webhook_key: Annotated[SecretStr | None, FromFile("webhook_key")] = Field(
+        None,
+        min_length=16,
+        description="The key the installed webhooks' secrets derive from (the receiver's GRS_WEBHOOK_KEY).",
     )
     namespace_owners: str = Field(
         "",
@@ -228,6 +248,12 @@ class Settings(RedisSettings):
                 "GRS_GITEA_INSTANCES: a Gitea is the default instance (the chart's gitea.url) or a named one "
                 "(giteaInstances), not both"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _managed_webhooks_have_a_url_and_key(self) -> Settings:
+        if self.webhook_manage and not (self.webhook_url and self.webhook_key):
+            raise ValueError("GRS_WEBHOOK_MANAGE needs GRS_WEBHOOK_URL and GRS_WEBHOOK_KEY (or GRS_WEBHOOK_KEY_FILE)")
         return self
 
     @model_validator(mode="after")

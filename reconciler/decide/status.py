@@ -133,6 +133,12 @@ def failing(previous: Mapping[str, Any], why: str, *, now: datetime, generation:
     return {**pass_fields(previous), "conditions": [*ready, *kept]}
 
 
+def _counted(counts: Counts | None) -> dict[str, int]:
+    if counts is None:
+        return {"activeRunners": 0, "idleRunners": 0, "queuedJobs": 0}
+    return {"activeRunners": counts.active, "idleRunners": counts.idle, "queuedJobs": counts.queued}
+
+
 def desired_status(
     *,
     generation: int,
@@ -145,6 +151,7 @@ def desired_status(
     gitea: Condition | None,
     last_poll: str | None,
     proven: Condition | None = None,
+    webhook: Condition | None = None,
     failed: Sequence[Runner],
     backoff: Backoff | None = None,
     error: str = "",
@@ -154,22 +161,21 @@ def desired_status(
     scope: str = "",
 ) -> dict[str, Any]:
     """The whole status object for this pass (`error`: a permanent error that stopped the group; `proven`:
-    its `ScopeProven` condition, none before the controller asked)."""
+    its `ScopeProven` condition, none before the controller asked; `webhook`: its `WebhookInstalled`, never
+    one that makes it un-Ready: the poll serves the scope without)."""
     reach = gitea or Condition("GiteaReachable", "Unknown", "NotPolledYet", "no poll of Gitea has finished yet")
     health, listed, admitted = _health(backoff, failed), _listed(unlisted, scope), _admitted(refused, create_refused)
-    owned = (proven,) if proven else ()
+    owned, hooked = (proven,) if proven else (), (webhook,) if webhook else ()
     stamp, ready = timestamp(now), _ready(spec, invalid, error, (reach, *owned, admitted, listed, health))
-    wanted = [ready, reach, health, listed, admitted, *owned]
     status: dict[str, Any] = {
         "target": spec.target if spec else "",
-        "activeRunners": counts.active if counts else 0,
-        "idleRunners": counts.idle if counts else 0,
-        "queuedJobs": counts.queued if counts else 0,
+        **_counted(counts),
         "waitingJobs": dict(waiting),
         "observedGeneration": generation,
-        "conditions": _conditions(previous, wanted, now=stamp, generation=generation),
+        "conditions": _conditions(
+            previous, [ready, reach, health, listed, admitted, *owned, *hooked], now=stamp, generation=generation
+        ),
     }
-    check = last_poll or previous.get("lastCheckTime")
-    if check:
+    if check := last_poll or previous.get("lastCheckTime"):
         status["lastCheckTime"] = check
     return status

@@ -105,7 +105,7 @@ class GiteaClient:
         ok: tuple[int, ...],
         body: Any = None,
     ) -> tuple[Any, Mapping[str, str]]:
-        """The decoded body (None unless 200) and the response headers; `body` is sent as JSON."""
+        """The decoded body (None unless 200 or 201) and the response headers; `body` is sent as JSON."""
         url = scope.url.rstrip("/") + "/api/v1" + path
         headers = {"Authorization": f"token {scope.token}", "Accept": "application/json"}
         try:
@@ -114,7 +114,7 @@ class GiteaClient:
             ) as resp:
                 if resp.status in ok:
                     self.on_request(endpoint, "ok")
-                    body = await resp.json(content_type=None) if resp.status == 200 else None
+                    body = await resp.json(content_type=None) if resp.status in (200, 201) else None
                     return body, resp.headers
                 self.on_request(endpoint, str(resp.status))
                 retry_after = _retry_after(resp.headers.get("Retry-After"))

@@ -5,7 +5,7 @@ demand once per round and giving each queued job to one group (`assign`), one ta
 that one group's error or slow API call never stalls another, per-group leases so replicas take turns
 on a group (an economy: the invariants rest on claims, names and seats, see `coordination`), errors by
 kind (`errors`), and the metrics of facts the receivers recorded. A pass itself is `apply`'s; the
-Gitea poll and the ghost sweep are `poller`'s.
+Gitea poll and the ghost sweep are `poller`'s; the managed webhooks `webhooks`'.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from reconciler.loop.proofs import GiteaProver, Ownership, Prover
 from reconciler.loop.registrations import Registrations
 from reconciler.loop.reports import Reports
 from reconciler.loop.scheduler import Scheduler
+from reconciler.loop.webhooks import Webhooks
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.settings import Settings
@@ -83,6 +84,8 @@ class Controller:
         self.queues = Queues(store, settings.instances)
         self.ownership = Ownership(settings, kube=kube, prover=prover or GiteaProver(gitea), metrics=metrics,
                                    views=self.views, wake=self.wake.set, clock=clock)  # fmt: skip
+        self.webhooks = Webhooks(settings, gitea=gitea, ownership=self.ownership, views=self.views,
+                                 state_of=self.state_of, wake=self.wake.set)  # fmt: skip
         self._background: set[asyncio.Task[None]] = set()
 
     def _group_pass(self, registrations: Registrations, egress: Egress) -> GroupPass:
@@ -150,6 +153,8 @@ class Controller:
             workers.append(asyncio.create_task(self._after_sync(self.poller.sweep_forever), name="ghost-sweep"))
         workers.append(asyncio.create_task(self.group_views.read_schema(self.kube, self.wake.set), name="pod-schema"))
         workers.append(asyncio.create_task(self._after_sync(self.ownership.prove_forever), name="proofs"))
+        if self.settings.webhook_manage:
+            workers.append(asyncio.create_task(self._after_sync(self.webhooks.manage_forever), name="webhooks"))
         workers.append(asyncio.create_task(self._after_sync(self._reconcile_forever), name="reconcile"))
         await run_together(workers, what="controller", also=self._passes_and_background)
 

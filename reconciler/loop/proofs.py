@@ -96,6 +96,7 @@ class Ownership:
         self.refused_since: dict[Key, float] = {}  # groups whose registrations Gitea refused, since when
         self.asked = asyncio.Event()  # a round found a group whose scope was not read for its spec
         self.tried = asyncio.Event()  # the first proofs were asked for (the first round waits for them)
+        self.proved = asyncio.Event()  # set when a cycle changed a proof (the managed webhooks look again)
 
     def pinned(self, views: list[View[GroupObject]]) -> list[View[GroupObject]]:
         """`views` with the groups serving an owner their namespace may not turned invalid (`ownership.pinned`)."""
@@ -120,6 +121,17 @@ class Ownership:
                 demoted.add(key)
         self.refused_since = {k: t for k, t in self.refused_since.items() if k in seen}
         return Standing(frozenset(unproven), frozenset(demoted))
+
+    def proven(self, views: Views) -> dict[Key, PollScope]:
+        """The (Gitea URL, scope, API token) of each valid group not being deleted whose token proves its scope now."""
+        out: dict[Key, PollScope] = {}
+        for group, spec, _ in views:
+            read = self.scopes.get((group.namespace, group.name))
+            if spec is None or group.deleting or read is None or read[0] != _asks(spec):
+                continue
+            if isinstance(read[1], PollScope) and ownership.holds(self.facts.get(read[1]), now=self.clock()):
+                out[(group.namespace, group.name)] = read[1]
+        return out
 
     def _condition(self, key: Key, spec: RunnerGroupSpec, now: float) -> Condition:
         read = self.scopes.get(key)
@@ -168,6 +180,7 @@ class Ownership:
         self.facts, self.scopes = facts, scopes
         if changed:
             self.wake()
+            self.proved.set()
 
     async def _read(self, views: Views) -> dict[Key, Read]:
         tokens: dict[tuple[str, str, str], str | Exception] = {}

@@ -132,7 +132,7 @@ class Scheduler:
         jobs = self.group_pass.jobs_of(group)
         names = [*(j.name for j in jobs), *sorted(state.deleting)]  # deleted Jobs' Pods hold their seats
         pods = [p for n in names for p in self.group_pass.pods_by_job.get((group.namespace, n), ())]
-        return (group, state.gitea, state.last_poll, state.proven, len(jobs), *jobs, len(pods), *pods, *queued)
+        return (group, *state.reported().values(), len(jobs), *jobs, len(pods), *pods, *queued)
 
     def _quiet(
         self, group: GroupObject, spec: RunnerGroupSpec | None, queued: list[QueuedJob], state: GroupState
@@ -143,7 +143,7 @@ class Scheduler:
             return False
         if spec.min_idle_runners and not spec.suspend:
             return False
-        seen_as = (group, state.gitea, state.last_poll, state.proven)
+        seen_as = (group, *state.reported().values())
         if state.quiet_as is not None and all(a is b for a, b in zip(state.quiet_as, seen_as, strict=True)):
             return True  # nothing changed since it was last found quiet: not even the status to compare
         status = self._status(group, spec, state, counts=Counts(active=0, idle=0, queued=0))
@@ -158,9 +158,7 @@ class Scheduler:
             previous=group.status,
             spec=spec,
             now=datetime.fromtimestamp(self.clock(), UTC),
-            gitea=state.gitea,
-            proven=state.proven,
-            last_poll=state.last_poll,
+            **state.reported(),
             **options,
         )
 
