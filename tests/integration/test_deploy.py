@@ -257,6 +257,34 @@ def test_the_default_gitea_instance_reaches_the_reconciler_and_unset_is_the_one_
     assert [d["metadata"]["name"] for d in docs if "GRS_GITEA_URL" in _env(d)] == [RECONCILER]  # not the receivers'
 
 
+def test_managed_webhooks_reach_both_processes_with_one_generated_key_and_need_a_url() -> None:
+    """webhook.manage: the reconciler gets GRS_WEBHOOK_MANAGE, the URL Gitea delivers to, and the key's file;
+    the receivers the same key's file; the install hook generates that key beside the webhook secret. Off by
+    default; on without a URL (or an Ingress) the install fails saying which value is missing."""
+    docs = render("ci", sets=("webhook.manage.enabled=true", "webhook.manage.url=https://runners.example/webhook"))
+    deployments = {
+        d["metadata"]["name"]: _env(d)
+        for d in docs
+        if d["kind"] == "Deployment" and "redis" not in d["metadata"]["name"]
+    }
+    reconciler = deployments.pop(RECONCILER)
+    assert reconciler["GRS_WEBHOOK_MANAGE"] == "true"
+    assert reconciler["GRS_WEBHOOK_URL"] == "https://runners.example/webhook"
+    (receiver,) = deployments.values()
+    (key_file,) = {
+        reconciler["GRS_WEBHOOK_KEY_FILE"].rsplit("/", 1)[1],
+        receiver["GRS_WEBHOOK_KEY_FILE"].rsplit("/", 1)[1],
+    }
+    (hook,) = [d for d in docs if d["kind"] == "Job" and _hook(d) and d["metadata"]["name"].endswith("-secrets")]
+    assert (
+        f"{RELEASE}-gitea-runner-scaler-webhook:{key_file}"
+        in hook["spec"]["template"]["spec"]["containers"][0]["command"]
+    )
+    assert not [d for d in render("ci") if d["kind"] == "Deployment" and "GRS_WEBHOOK_KEY_FILE" in _env(d)]
+    failed = helm("template", RELEASE, str(CHART), "--set", "webhook.manage.enabled=true")
+    assert failed.returncode != 0 and "webhook.manage.enabled needs webhook.manage.url" in failed.stderr
+
+
 def test_numbers_render_as_the_settings_parser_reads_them() -> None:
     docs = {
         d["metadata"]["name"]: d for d in render("ci", CHART / "ci" / "full-values.yaml") if d["kind"] == "Deployment"

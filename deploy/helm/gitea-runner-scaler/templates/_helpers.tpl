@@ -84,6 +84,9 @@ before image.registry named it) brings its own registry, which global.imageRegis
 {{- $out := list -}}
 {{- if not .Values.webhook.secret.existingSecret -}}
 {{- $out = append $out (printf "%s:%s" (include "grs.webhookSecretName" .) .Values.webhook.secret.key) -}}
+{{- if .Values.webhook.manage.enabled -}}
+{{- $out = append $out (printf "%s:%s" (include "grs.webhookSecretName" .) .Values.webhook.manage.key) -}}
+{{- end -}}
 {{- end -}}
 {{- if and .Values.redis.enabled (not .Values.redis.auth.existingSecret) -}}
 {{- $out = append $out (printf "%s:%s" (include "grs.redisSecretName" .) .Values.redis.auth.key) -}}
@@ -234,3 +237,15 @@ runnerNamespaces, or the release namespace. */}}
   resources: [poddisruptionbudgets]
   verbs: [create]
 {{- end }}
+
+{{/* Where Gitea delivers the webhooks the controller installs (webhook.manage). */}}
+{{- define "grs.webhookManageURL" -}}
+{{- $manage := .Values.webhook.manage -}}
+{{- if $manage.url -}}
+{{- $manage.url -}}
+{{- else if .Values.webhook.ingress.enabled -}}
+{{- printf "%s://%s%s" (ternary "https" "http" (gt (len .Values.webhook.ingress.tls) 0)) .Values.webhook.ingress.host .Values.webhook.path -}}
+{{- else -}}
+{{- fail "webhook.manage.enabled needs webhook.manage.url (the receiver as Gitea reaches it), or webhook.ingress.enabled" -}}
+{{- end -}}
+{{- end -}}
