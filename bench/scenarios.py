@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bench.stack import NS, Deliveries, JobWatch, Proc, Stack, metric
+from bench.stack import NS, Deliveries, JobWatch, Proc, Stack, checked, metric
 from tests.fake_gitea import FakeGitea
 from tests.kube_cluster import api_request
 from tests.redis_server import free_port
@@ -351,6 +351,7 @@ async def polling_only(stack: Stack, *, jobs: int, rate: float, interval: float)
     await _wait_seen(watch, set(added), interval * 3)
     await watch.stop()
     await runner.cleanup()
+    checked(fake)
     return [watch.seen[j] - t for j, t in added.items() if j in watch.seen]
 
 
@@ -381,6 +382,7 @@ async def polling_cost(stack: Stack, *, groups: int, scopes: int, jobs_per_scope
     await _ready(rec_url)
     await asyncio.sleep(interval * (cycles + 1))
     await runner.cleanup()
+    checked(fake)
     bursts: list[int] = []
     last = -1e9
     for t in times:

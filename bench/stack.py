@@ -32,6 +32,17 @@ NS = "bench"
 _TEMPLATE = Path(__file__).resolve().parent.parent / "tests" / "data" / "gitea" / "webhooks" / "01-queued.json"
 
 
+class SpecDrift(RuntimeError):
+    """A fake Gitea answered outside Gitea's spec during a benchmark: its figures are not Gitea's."""
+
+
+def checked(fake: FakeGitea) -> None:
+    """Raise SpecDrift if `fake` recorded any answer outside Gitea's spec (`FakeGitea.errors`)."""
+    if fake.errors:
+        said = "\n".join(fake.errors[:5])
+        raise SpecDrift(f"the fake Gitea answered outside Gitea's spec {len(fake.errors)} times:\n{said}")
+
+
 def machine() -> str:
     """One line about the machine the figures come from."""
     cpu = "unknown cpu"
@@ -119,6 +130,7 @@ class Stack:
         self.procs: list[Proc] = []
         self.prefix = f"b{uuid.uuid4().hex[:6]}"
         self.gitea_url = "http://127.0.0.1:9"  # nothing: without a control plane nothing registers runners
+        self.gitea: FakeGitea | None = None  # the Gitea runners register with (a control plane's)
         self._exits = contextlib.ExitStack()
 
     def __enter__(self) -> Stack:
@@ -129,7 +141,8 @@ class Stack:
             apply_crd(self.kube, crd())
             assert api_request(self.kube, "POST", "/api/v1/namespaces", {"metadata": {"name": NS}})[0] == 201
             # The controller registers every runner: with a fake Gitea's `Register`, as it would with Gitea's.
-            self.gitea_url = self._exits.enter_context(served(FakeGitea(token="tok")))
+            self.gitea = FakeGitea(token="tok")
+            self.gitea_url = self._exits.enter_context(served(self.gitea))
             data = {
                 "reg": base64.b64encode(REGISTRATION_TOKEN.encode()).decode(),
                 "api": base64.b64encode(b"tok").decode(),
@@ -145,6 +158,8 @@ class Stack:
             self.kube.stop()
         self._exits.close()
         self.redis.stop()
+        if self.gitea is not None:
+            checked(self.gitea)  # loud, after the stack is down: a drifted fake fails the run
 
     def common_env(self) -> dict[str, str]:
         return {"GRS_REDIS_URL": self.redis.url, "GRS_REDIS_PREFIX": self.prefix, "GRS_LOG_LEVEL": "WARNING"}

@@ -38,10 +38,10 @@ from tests.redis_server import free_port
 
 DATA = Path(__file__).parent / "data" / "gitea"
 REGISTRATION_TOKEN = "fake-registration-token"  # what a new FakeGitea registers runners with
-__all__ = ["REGISTRATION_TOKEN", "FakeGitea", "FakeRegistrar", "SwaggerValidator", "served"]
+__all__ = ["REGISTRATION_TOKEN", "STATUS_FILTERS", "FakeGitea", "FakeRegistrar", "SwaggerValidator", "served"]
 # Gitea's status filters (`convertToInternal`, routers/api/v1/shared/action.go): the (status,
 # conclusion) rows each takes, None for any conclusion.
-_STATUS_QUERY: dict[str, set[tuple[str, str | None]]] = {
+STATUS_FILTERS: dict[str, set[tuple[str, str | None]]] = {
     **{key: {("waiting", None)} for key in ("pending", "waiting", "requested", "action_required")},
     "queued": {("queued", None)},
     "in_progress": {("in_progress", None)},
@@ -403,9 +403,9 @@ class FakeGitea:
     ) -> web.Response:
         wanted: set[tuple[str, str | None]] = set()
         for value in request.query.getall("status", []):
-            if value not in _STATUS_QUERY:
+            if value not in STATUS_FILTERS:
                 return web.json_response(error_body(f"Invalid status {value}"), status=400)
-            wanted |= _STATUS_QUERY[value]
+            wanted |= STATUS_FILTERS[value]
         rows = [
             self._job_row(j) for j in self.jobs.values() if repo_filter(self.repo_of(j)) and self._wanted(j, wanted)
         ]

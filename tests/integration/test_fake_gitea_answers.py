@@ -10,6 +10,7 @@ Integration, not unit: the fake is asked over loopback HTTP, as the reconciler a
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,7 +20,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from tests.fake_gitea import FakeGitea
+from bench.stack import SpecDrift, checked
+from tests.fake_gitea import STATUS_FILTERS, FakeGitea, served
 from tests.gitea_spec import DATA, EXAMPLES_125, RECORDED, recorded_answers, validator
 
 MakeServer = Callable[[web.Application], Awaitable[TestServer]]
@@ -225,3 +227,24 @@ def test_the_fake_takes_no_job_state_gitea_never_lists() -> None:
         fake.add_job(1, repo="acme/app", status="queued", conclusion="success")
     with pytest.raises(ValueError, match="Gitea never lists a job"):
         fake.add_job(1, repo="acme/app", status="completed", conclusion="neutral")
+
+
+def test_a_benchmark_whose_fake_answered_outside_the_spec_fails() -> None:
+    fake = FakeGitea(token=TOKEN)
+    checked(fake)  # nothing recorded: the run stands
+    fake.runners[fake.add_runner("r")]["token"] = "a field Gitea never sends"
+    with served(fake) as url:
+        request = urllib.request.Request(
+            f"{url}/api/v1/orgs/acme/actions/runners", headers={"Authorization": f"token {TOKEN}"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            assert resp.status == 200  # answered; the check is recorded, not a 500
+    with pytest.raises(SpecDrift, match="'token' was unexpected"):
+        checked(fake)
+    fake.errors.clear()  # seen: not this test's failure
+
+
+def test_the_fake_takes_the_status_filters_gitea_took_and_no_other() -> None:
+    taken = {n.split("status-", 1)[1] for n, e in ANSWERS.items() if "jobs.status-" in n and e["status"] == 200}
+    assert set(STATUS_FILTERS) == {s for s in taken if "+" not in s}
+    assert ANSWERS["repo-jobs.status-unknown"]["status"] == 400
