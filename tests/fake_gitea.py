@@ -71,7 +71,7 @@ LIVE: list[FakeGitea] = []  # every fake made, for the check that fails the test
 
 
 class FakeGitea:
-    """Jobs by repository, served the way Gitea 1.25 serves them."""
+    """Jobs, runners and repositories, served the way the Gitea of `version` serves them."""
 
     def __init__(self, *, token: str, registration_token: str = REGISTRATION_TOKEN) -> None:
         self.token = token
