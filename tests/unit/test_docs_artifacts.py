@@ -32,6 +32,7 @@ PUBLISHED = re.findall(r"RELEASE_REGISTRY \|\| '([^']+)'", (ROOT / ".gitea" / "w
 NOT_OURS = {
     ".gitea/workflows/hello.yaml": "the quick start's workflow, in the user's repository",
     "app.ini": "Gitea's configuration",
+    "hosts.toml": "containerd's configuration of a registry, on the nodes",
     "sandbox.json": "written by tests/e2e/sandbox.sh up",
 }
 
