@@ -21,7 +21,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from bench.stack import SpecDrift, checked
-from tests.fake_gitea import STATUS_FILTERS, FakeGitea, served
+from tests.fake_gitea import REGISTRATION_TOKEN, STATUS_FILTERS, FakeGitea, served
 from tests.gitea_spec import DATA, EXAMPLES_125, RECORDED, recorded_answers, validator
 
 MakeServer = Callable[[web.Application], Awaitable[TestServer]]
@@ -248,3 +248,19 @@ def test_the_fake_takes_the_status_filters_gitea_took_and_no_other() -> None:
     taken = {n.split("status-", 1)[1] for n, e in ANSWERS.items() if "jobs.status-" in n and e["status"] == 200}
     assert set(STATUS_FILTERS) == {s for s in taken if "+" not in s}
     assert ANSWERS["repo-jobs.status-unknown"]["status"] == 400
+
+
+@pytest.mark.parametrize(("recorded", "token"), [("register", REGISTRATION_TOKEN), ("register.refused", "not-a-token")])
+async def test_the_fakes_register_answers_as_gitea_1_26s(aiohttp_server: MakeServer, recorded: str, token: str) -> None:
+    want = json.loads((RECORDED / f"{recorded}.json").read_text())
+    server = await aiohttp_server(FakeGitea(token=TOKEN).app())
+    form = {"name": "ephemeral", "token": token, "version": "record", "labels": ["grs-record"], "ephemeral": True}
+    url = server.make_url("/api/actions/runner.v1.RunnerService/Register")
+    async with aiohttp.ClientSession() as session, session.post(url, json=form) as resp:
+        status, body = resp.status, await resp.json()
+    assert status == want["status"]
+    diffs = differences(want["body"], body, values=False) + differences(
+        {k: v for k, v in want["body"].get("runner", {}).items() if k not in ("id", "uuid", "token")},
+        {k: v for k, v in body.get("runner", {}).items() if k not in ("id", "uuid", "token")},
+    )
+    assert not diffs, f"{recorded}: the fake's Register differs from Gitea's:\n" + "\n".join(diffs)
