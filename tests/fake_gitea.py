@@ -70,6 +70,15 @@ def user_row(login: str, *, user_id: int = 1) -> dict[str, Any]:
 LIVE: list[FakeGitea] = []  # every fake made, for the check that fails the test it answered badly in
 
 
+def _listable(job: dict[str, Any]) -> None:
+    """Raise unless Gitea could list the job (`ToActionWorkflowJob`): a conclusion exactly when completed
+    (one of Gitea's), a runner when in progress (a task has one)."""
+    if ("conclusion" in job) != (job["status"] == "completed") or job.get("conclusion", "success") not in CONCLUSIONS:
+        raise ValueError(f"job {job['id']} {job['status']} with conclusion {job.get('conclusion')!r}")
+    if job["status"] == "in_progress" and not job.get("runner_id"):
+        raise ValueError(f"job {job['id']} in_progress without the runner_id of its task's runner")
+
+
 class FakeGitea:
     """Jobs, runners and repositories, served the way the Gitea of `version` serves them."""
 
@@ -338,7 +347,8 @@ class FakeGitea:
             said = str(exc)
             if isinstance(exc, jsonschema.ValidationError):  # where in the body, not the whole body
                 said = f"{exc.message[:500]} at /{'/'.join(str(p) for p in exc.absolute_path)}"
-            self.errors.append(f"{getattr(check, '__name__', check)}({args[0]!r}): {said}"[:2000])
+            what = f"({args[0]!r})" if isinstance(args[0], str) else ""
+            self.errors.append(f"{getattr(check, '__name__', check)}{what}: {said}"[:2000])
 
     def _answer(self, endpoint: str, body: Any, headers: dict[str, str] | None = None) -> web.Response:
         hook = self.after.get(endpoint)
@@ -420,6 +430,7 @@ class FakeGitea:
 
     def _job_row(self, job: dict[str, Any]) -> dict[str, Any]:
         """A job as this Gitea lists it: `steps` null before 1.26 (never loaded), a list from 1.26."""
+        self._valid(_listable, job)
         steps = (job["steps"] or []) if self.at_least(1, 26) else None
         return job | {"steps": steps}
 

@@ -264,3 +264,22 @@ async def test_the_fakes_register_answers_as_gitea_1_26s(aiohttp_server: MakeSer
         {k: v for k, v in body.get("runner", {}).items() if k not in ("id", "uuid", "token")},
     )
     assert not diffs, f"{recorded}: the fake's Register differs from Gitea's:\n" + "\n".join(diffs)
+
+
+@pytest.mark.parametrize(
+    ("status", "change", "said"),
+    [
+        pytest.param("in_progress", {}, "in_progress without the runner_id", id="taken without a runner"),
+        pytest.param("queued", {"status": "completed"}, "completed with conclusion None", id="done without conclusion"),
+        pytest.param("queued", {"conclusion": "success"}, "queued with conclusion 'success'", id="queued concluded"),
+    ],
+)
+async def test_a_job_changed_into_one_gitea_never_lists_is_caught_when_listed(
+    aiohttp_server: MakeServer, status: str, change: dict[str, Any], said: str
+) -> None:
+    fake = FakeGitea(token=TOKEN)
+    fake.add_job(1, repo="acme/app", status=status).update(change)
+    entry = {"request": {"method": "GET", "path": "/api/v1/repos/acme/app/actions/jobs", "query": ""}}
+    assert (await ask(fake, aiohttp_server, "jobs", entry))[0] == 200
+    errors, fake.errors[:] = fake.errors[:], []
+    assert len(errors) == 1 and said in errors[0]

@@ -199,7 +199,7 @@ async def test_a_repo_groups_runner_registered_with_an_org_token_is_found_in_the
     repo_group: dict[str, Any] = {"scope": "repo", "repo": "acme/widgets"}
     vetted, _ = await vet(url, [surplus("builders-w-aaaaaa")], **repo_group)
     assert vetted.allowed == [] and fake.deleted == [], "busy in the org: kept"
-    job["status"] = "completed"
+    job.update(status="completed", conclusion="success")
     vetted, _ = await vet(url, [surplus("builders-w-aaaaaa")], **repo_group)
     assert vetted.allowed == [surplus("builders-w-aaaaaa")] and fake.deleted == [runner], "idle: deleted where it is"
 

@@ -33,7 +33,10 @@ async def client_jobs(url: str, kind: Any, target: str, token: str = TOKEN) -> l
 async def test_pages_through_every_queued_and_running_job(gitea: tuple[FakeGitea, str]) -> None:
     fake, url = gitea
     for i in range(1, 121):
-        fake.add_job(i, repo="acme/widgets", status="queued" if i % 3 else "in_progress")
+        if i % 3:
+            fake.add_job(i, repo="acme/widgets")
+        else:  # taken: Gitea lists the runner of its task
+            fake.add_job(i, repo="acme/widgets", status="in_progress", runner=(i, "r"))
     fake.add_job(500, repo="acme/widgets", status="waiting")
     fake.add_job(501, repo="acme/widgets", status="completed")
     fake.add_job(502, repo="other/thing")
