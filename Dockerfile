@@ -19,7 +19,7 @@ FROM python:3.11-slim
 # VERSION defaults to pyproject.toml's version (a unit test keeps them equal); REVISION is the commit.
 ARG VERSION=0.1.0
 ARG REVISION=""
-ARG SOURCE=https://gitea.example.com/gitea-runner-scaler
+ARG SOURCE=https://github.com/bpg-pw/gitea-runner-scaler
 LABEL org.opencontainers.image.title="gitea-runner-scaler" \
       org.opencontainers.image.description="Event-driven autoscaler for Gitea Actions: one ephemeral act_runner Kubernetes Job per queued job." \
       org.opencontainers.image.version="${VERSION}" \

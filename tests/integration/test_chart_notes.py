@@ -87,6 +87,12 @@ def home(tmp_path: Path) -> Path:
             [IN_CLUSTER, "http://hooks"],
             id="Ingress-TLS",
         ),
+        pytest.param(
+            ("webhook.manage.enabled=true", "webhook.manage.url=https://hooks.example.com/webhook"),
+            ["the controller installs it", "delivering to https://hooks.example.com/webhook", "WebhookInstalled"],
+            [IN_CLUSTER, "The webhook secret:", "NODE_PORT"],
+            id="managed",
+        ),
     ],
 )
 def test_the_notes_give_the_webhook_url_gitea_can_reach_for_each_service_type(
