@@ -19,6 +19,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -409,3 +410,37 @@ def test_nothing_on_the_node_holds_the_registration_token_while_a_docker_runner_
 def runner_job_pod_uid(stack: NodeStack, ns: str) -> str:
     (pod,) = stack.pods(ns)
     return str(pod["metadata"]["uid"])
+
+
+def test_the_webhook_the_controller_installs_delivers_and_a_job_goes_green_by_it_alone(stack: NodeStack) -> None:
+    """webhook.manage with the real Gitea: the controller installs the repository's `workflow_job` webhook
+    (the poll off, so only its deliveries tell of the job), Gitea delivers, the receiver accepts what that
+    webhook's own secret signed, and the job goes green; the webhook goes with the group."""
+    key = secrets.token_hex(16)
+    repo, ns, label = stack.repo(webhook=False), stack.namespace("hooked"), f"hooked-{uuid.uuid4().hex[:6]}"
+    manage = {"GRS_WEBHOOK_MANAGE": "true", "GRS_WEBHOOK_URL": stack.receiver_url, "GRS_WEBHOOK_KEY": key}
+    receiver = stack.receiver
+    assert receiver is not None
+    with (
+        receiver.reconfigured(port=urlsplit(stack.receiver_url).port, GRS_WEBHOOK_KEY=key),
+        stack.reconfigured(GRS_POLL_ENABLED="false", **manage),
+    ):
+        stack.group(ns, label, scope="repo", org=None, repo=repo, registrationToken=None)  # one token
+        wait_for(
+            lambda: stack.condition(ns, "WebhookInstalled").get("status") == "True",
+            timeout=60,
+            what="WebhookInstalled True",
+            explain=lambda: str(stack.condition(ns, "WebhookInstalled")),
+        )
+        hooks = stack.gitea.api("GET", f"/repos/{repo}/hooks")
+        assert [(h["config"]["url"], h["events"], h["active"]) for h in hooks] == [
+            (stack.receiver_url, ["workflow_job"], True)
+        ]
+        run_id = stack.push(repo, workflow("a", label=label))
+        run = stack.wait_run(repo, run_id)
+        assert run["conclusion"] == "success", stack.jobs(repo, run_id)
+        assert {j["id"] for j in stack.jobs(repo, run_id)} <= stack.delivered_job_ids(), "the webhook told of it"
+        path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/runners"
+        assert api_request(stack.node, "DELETE", path)[0] == 200
+        wait_for(lambda: not stack.gitea.api("GET", f"/repos/{repo}/hooks"), timeout=60, what="the webhook deleted")
+    assert key not in stack.our_log("reconciler") + stack.our_log("receiver")
