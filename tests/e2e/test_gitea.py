@@ -68,17 +68,32 @@ class Stack:
         assert api_request(self.kube, "POST", RG_PATH, body)[0] == 201
         return label
 
+    def metrics(self) -> dict[str, float]:
+        """The reconciler's own metrics without labels, by name (since it started)."""
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as resp:
+            text = resp.read().decode()
+        return {
+            line.split(" ")[0]: float(line.split(" ")[1])
+            for line in text.splitlines()
+            if line.startswith("grs_") and "{" not in line
+        }
+
     def time_to_runner(self) -> tuple[float, int]:
         """The reconciler's own histogram of queued -> runner Job created: (sum of seconds, count) since it
         started; a test compares two readings, since the tests before it added theirs."""
-        with urllib.request.urlopen(self.metrics_url, timeout=5) as resp:
-            text = resp.read().decode()
-        values = {
-            line.split(" ")[0]: float(line.split(" ")[1])
-            for line in text.splitlines()
-            if line.startswith("grs_time_to_runner_seconds_")
-        }
+        values = self.metrics()
         return values.get("grs_time_to_runner_seconds_sum", 0.0), int(values.get("grs_time_to_runner_seconds_count", 0))
+
+    def group_passes(self) -> int:
+        """How many group passes the reconciler ran (not skipped) since it started."""
+        return int(self.metrics().get("grs_reconcile_duration_seconds_count", 0))
+
+    def more_passes(self, count: int = 3) -> None:
+        """Until the reconciler ran `count` more passes of every group, as many as a resync's rounds run (a
+        resync, every second here, lets no group's pass skip): what a pass would still do has been done."""
+        groups = len(api_request(self.kube, "GET", RG_PATH)[1]["items"])
+        target = self.group_passes() + count * groups
+        wait_for(lambda: self.group_passes() >= target, timeout=30, what=f"{count} more passes of {groups} groups")
 
 
 def workflow(*independent: str, label: str, dependent: str | None = None) -> str:
@@ -126,6 +141,7 @@ def stack(kube: KubeCluster, redis_server: RedisServer, tmp_path_factory: pytest
         GRS_POLL_ENABLED="false",
         GRS_POLL_INTERVAL="3",
         GRS_POLL_JITTER="0",
+        GRS_RESYNC_INTERVAL="1",  # a pass of every group each second: `Stack.more_passes` waits on them
         GRS_GITEA_URL=gitea.url,
     )
     receiver.env["GRS_REDIS_PREFIX"] = reconciler.env["GRS_REDIS_PREFIX"]
@@ -185,7 +201,7 @@ def test_webhooks_from_a_real_gitea_start_one_runner_per_queued_job(stack: Stack
     ids = {j["id"] for j in queued}
     created = wait_for(lambda: len(j := jobs_for(kube, ids)) == 3 and j, timeout=30, what="3 runner Jobs")
     elapsed = time.monotonic() - pushed
-    time.sleep(2)  # a few more passes: still exactly one runner per queued job, none for the blocked one
+    stack.more_passes()  # still exactly one runner per queued job, none for the blocked one
     assert len(jobs_for(kube, ids | {w["id"] for w in waiting})) == 3
     applied = {(d["job_id"], d["action"]) for d in deliveries(stack.receiver) if d["outcome"] == "applied"}
     assert {(i, "queued") for i in ids} <= applied
@@ -241,7 +257,7 @@ def test_receiver_stopped_then_back(stack: Stack) -> None:
         finally:
             stack.receiver.start(port=urlsplit(stack.receiver_url).port)
         # Gitea's deliveries during the outage failed and are not retried; nothing was started twice.
-        time.sleep(1)
+        stack.more_passes()
         assert len(jobs_for(kube, ids)) == 2
 
 
