@@ -18,11 +18,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from reconciler import check
 from reconciler.gitea.api import GiteaClient
 from reconciler.kube.api import Kube, api_client
 from reconciler.kube.egress import Egress
 from reconciler.kube.runner_cache import RunnerCache
-from reconciler.loop.controller import Controller
+from reconciler.loop.rounds.controller import Controller
 from reconciler.metrics import Metrics
 from reconciler.settings import Settings
 from webhook_scaler import logs
@@ -33,7 +34,8 @@ from webhook_scaler.store.jobs.records import JobStore, Ttls
 log = logging.getLogger("reconciler")
 DESCRIPTION = (
     "Watches RunnerGroups and their runner Jobs, reads queued jobs from Redis, polls the Gitea API for "
-    "anything a webhook missed, and creates one Kubernetes Job per queued job a group's labels match."
+    "anything a webhook missed, and creates one Kubernetes Job per queued job a group's labels match. "
+    "`reconciler check` says whether each RunnerGroup works (see `reconciler check --help`)."
 )
 
 
@@ -162,7 +164,9 @@ async def serve(settings: Settings) -> None:
 
 
 def main() -> None:
-    """Parse settings, refuse to start on bad config, then run until SIGTERM."""
+    """Parse settings, refuse to start on bad config, then run until SIGTERM (or run `reconciler check`)."""
+    if sys.argv[1:2] == ["check"]:
+        raise SystemExit(check.main(sys.argv[2:]))
     settings = parse_or_exit(Settings, program="reconciler", description=DESCRIPTION)
     logs.setup(level=settings.log_level, fmt=settings.log_format)
     for line in unknown(Settings):
