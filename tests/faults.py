@@ -3,12 +3,16 @@ kube-apiserver, a fake Gitea whose jobs simulated runners take, and faults the t
 paused, killed and restarted by PID, Redis flushed, webhooks lost. TEST HARNESS ONLY.
 
 Runners are simulated, not run (no kubelet here): a moment after a runner Job appears, its "runner"
-takes the oldest queued job of its repository in the fake Gitea, as Gitea hands out jobs to any
-matching runner; the job runs for a moment and completes; then the Job is marked Complete through its
-status subresource, as the Job controller would once act_runner exited. A runner that finds no queued
-job stays idle: a surplus runner, which the tally counts. Every change is told to the real receiver as
-Gitea's webhook, except the deliveries the rig drops; the reconcilers' poller sees the fake Gitea.
-A watch over the runner Jobs observes, never samples, how many of each group were alive at once.
+(the row the controller registered in the fake Gitea) takes the oldest queued job of its repository,
+as Gitea hands out jobs to any matching runner; the job runs for a moment and completes; Gitea removes
+the ephemeral runner's row as it finishes the job; then the Job is marked Complete through its status
+subresource, as the Job controller would once act_runner exited. A runner that finds no queued job
+stays idle: a surplus runner, which the tally counts. Every change is told to the real receiver as
+Gitea's webhook, in Gitea's shape (`runner_id` of the runner that took the job; `runner_name` on
+`in_progress` only: Gitea looks the name up live, and the `completed` of an ephemeral runner comes
+after its row is gone), except the deliveries the rig drops; the reconcilers' poller sees the fake
+Gitea. A watch over the runner Jobs observes, never samples, how many of each group were alive at once.
+What a simulated runner finds wrong fails the run at once, not once every job is done.
 """
 
 from __future__ import annotations
@@ -205,11 +209,14 @@ class Rig:
         self.replicas: dict[str, Process] = {}
         self.idle: set[str] = set()  # runners that found no queued job
         self.took: dict[str, int] = {}  # runner -> the job it took
+        # job -> the runner Jobs that ran it to its end: the runners' own record, apart from Gitea's job states
+        self.ran: dict[int, list[str]] = {}
         self.dropped = 0
         self.faults: list[str] = []
         self.added = asyncio.Event()  # set at every new runner Job
         self._tasks: set[asyncio.Task[None]] = set()
         self.failures: list[str] = []  # what a simulated runner's own checks found (a refused webhook...)
+        self.failed = asyncio.Event()  # set at the first of them: the run stops there
         self._stack = contextlib.AsyncExitStack()
 
     # -- setting up ----------------------------------------------------------------------------------
@@ -310,15 +317,28 @@ class Rig:
     async def serve(
         self, name: str, fault: Callable[[], Awaitable[object]], *, report: Callable[[str], None], timeout: float = 240
     ) -> None:
-        """Run the burst with `fault` injected meanwhile; wait until every job completed; count, report the
-        figures, and check them."""
-        burst = asyncio.create_task(self.burst())
-        await fault()
-        await burst
-        await self.all_done(timeout=timeout)
+        """Run the burst with `fault` injected meanwhile; wait until every job completed (or `timeout`); count,
+        report the figures, and check them. A simulated runner's failure ends the run when it happens."""
+        work = asyncio.create_task(self._served(fault, timeout=timeout))
+        failed = asyncio.create_task(self.failed.wait())
+        await asyncio.wait({work, failed}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (work, failed):
+            task.cancel()
+        await asyncio.gather(work, failed, return_exceptions=True)
+        assert not self.failures, f"a simulated runner failed: {self.failures}; logs in {self.dir}"
+        work.result()  # what went wrong in the burst or the fault
         figures = await self.tally(name)
         report(figures.line())
         self.check(figures)
+
+    async def _served(self, fault: Callable[[], Awaitable[object]], *, timeout: float) -> None:
+        burst = asyncio.create_task(self.burst())
+        try:
+            await fault()
+            await burst
+        finally:
+            burst.cancel()
+        await self.all_done(timeout=timeout)
 
     @staticmethod
     async def no_fault() -> None:
@@ -333,14 +353,17 @@ class Rig:
             await self._deliver("queued", job_id)
             await asyncio.sleep(self.spread / total)  # the pace jobs arrive at
 
-    async def _deliver(self, status: str, job_id: int, *, runner: str | None = None) -> None:
+    async def _deliver(self, status: str, job_id: int) -> None:
         if self.rng.random() < self.drop:
             self.dropped += 1
             return
         job = self.gitea.jobs[job_id]
         body = payload(status, job_id=job_id, attempt=job["run_attempt"], labels=[], repo=self.gitea.repo_of(job))
-        if runner is not None:
-            body["workflow_job"]["runner_name"] = runner
+        for key in ("runner_id", "runner_name"):  # as Gitea has them now (the template's are another runner's)
+            if job.get(key):
+                body["workflow_job"][key] = job[key]
+            else:
+                body["workflow_job"].pop(key, None)
         raw, headers = signed(body, secret=SECRET)
         async with self.session.post(f"{self.receiver.url}/webhook", data=raw, headers=headers) as resp:
             assert resp.status < 300, f"the receiver answered {resp.status}: {await resp.text()}"
@@ -364,10 +387,15 @@ class Rig:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             self.failures.append(f"{task.get_name()}: {task.exception()!r}")
+            self.failed.set()
 
     async def _runner(self, name: str, runner: str, group: str) -> None:
         """A runner: Job `name`, called `runner` in Gitea."""
-        await asyncio.sleep(self.rng.uniform(0.1, 0.6))  # the Pod starts and the runner registers
+        await asyncio.sleep(self.rng.uniform(0.1, 0.6))  # the Pod starts and the runner comes online
+        rows = [r for r in self.gitea.runners.values() if r["name"] == runner]
+        assert len(rows) == 1, f"Gitea holds {len(rows)} rows named {runner}: the controller registers each runner once"
+        row = rows[0]
+        row["status"] = "online"
         repo = self.repo(int(group.removeprefix("g")))
         queued = [j for j in self.gitea.jobs.values() if j["status"] == "queued" and self.gitea.repo_of(j) == repo]
         if not queued:
@@ -375,12 +403,17 @@ class Rig:
             return
         job = min(queued, key=lambda j: j["id"])
         self.took[name] = job["id"]
-        job.update(status="in_progress", run_attempt=1, runner_name=runner, started_at=_now())
-        await self._deliver("in_progress", job["id"], runner=runner)
+        row["busy"] = True
+        job.update(status="in_progress", run_attempt=1, runner_id=row["id"], runner_name=runner, started_at=_now())
+        await self._deliver("in_progress", job["id"])
         await asyncio.sleep(self.rng.uniform(0.3, 1.5))  # the job's steps
         job.update(status="completed", conclusion="success", completed_at=_now())
-        await self._deliver("completed", job["id"], runner=runner)
+        if row["ephemeral"]:  # Gitea deletes the row in the UpdateTask that finishes the job: no name to look up
+            self.gitea.runners.pop(row["id"], None)
+            job.pop("runner_name", None)
+        await self._deliver("completed", job["id"])
         await asyncio.to_thread(complete_job, self.kube, self.ns, name)  # act_runner exited 0
+        self.ran.setdefault(job["id"], []).append(name)
 
     # -- waiting and the tally -------------------------------------------------------------------------
 
@@ -393,21 +426,21 @@ class Rig:
             await asyncio.wait_for(self.added.wait(), timeout=300)
 
     async def all_done(self, *, timeout: float) -> None:
-        """Until every job completed in Gitea; then until each running replica made two more passes, so a
-        late create would have happened."""
-        await until(
-            lambda: all(j["status"] == "completed" for j in self.gitea.jobs.values()),
-            timeout=timeout,
-            what=lambda: f"jobs completed; not: {self._unfinished()}; logs in {self.dir}",
-        )
+        """Until every job completed in Gitea, or `timeout` (the tally counts what was lost); then until each
+        running replica made two more passes, so a late create would have happened."""
+        with contextlib.suppress(AssertionError):
+            await until(
+                lambda: all(j["status"] == "completed" for j in self.gitea.jobs.values()), timeout=timeout, what=str
+            )
         live = [r for r in self.replicas.values() if r.proc is not None and r.proc.poll() is None]
         before = {r.name: await r.passes() for r in live}
         for replica in live:
             check = functools.partial(_passed, replica, before[replica.name] + 2)
             await until(check, timeout=30, what=lambda: "two more passes of each replica")
 
-    def _unfinished(self) -> list[int]:
-        return sorted(i for i, j in self.gitea.jobs.items() if j["status"] != "completed")
+    def _lost(self) -> list[int]:
+        """The jobs no runner ran to its end, by the runners' own record (not Gitea's job states)."""
+        return sorted(i for i in self.gitea.jobs if i not in self.ran)
 
     async def tally(self, name: str) -> Figures:
         """Stop the replicas, let the watch catch up with the API server, and count."""
@@ -425,7 +458,7 @@ class Rig:
             max_by_group=dict(self.watch.max_by_group),
             cap=self.cap,
             duplicates=runners - jobs,
-            lost=sum(1 for j in self.gitea.jobs.values() if j["status"] != "completed"),
+            lost=len(self._lost()),
             seconds=time.monotonic() - self.started,
             seed=self.seed,
             faults=[*self.faults, f"{self.dropped} webhooks dropped"] if self.drop else self.faults,
@@ -435,7 +468,9 @@ class Rig:
         """Every job got exactly one runner, no group ever had more than its cap alive, nothing lost, and
         every simulated runner did what it meant to (its webhooks accepted, its Job completed)."""
         assert not self.failures, self.failures
-        assert figures.lost == 0, figures.line()
+        assert figures.lost == 0, f"{figures.line()}; no runner ran jobs {self._lost()}; logs in {self.dir}"
+        twice = {i: names for i, names in self.ran.items() if len(names) > 1}
+        assert not twice, f"jobs run by more than one runner: {twice}"
         assert figures.duplicates == 0, (
             f"{figures.line()}; runner -> job it took: {self.took}; runners that took none: {sorted(self.idle)}; "
             f"logs in {self.dir}"
