@@ -8,7 +8,7 @@ prefix the reconciler reads. The records are what the receiver writes; only the 
 `ingest` measures that hop).
 
 A pass here is `Controller.reconcile_all`: read the queued jobs (every id, and the rows of new jobs and
-of each group's oldest, see `reconciler.loop.demand`), give each to one group, start the groups' passes
+of each group's oldest, see `reconciler.loop.rounds.demand`), give each to one group, start the groups' passes
 (which run on their own).
 """
 

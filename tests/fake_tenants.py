@@ -90,7 +90,7 @@ class FakeProver:
         self.tokens = set(tokens)
 
     async def prove(self, scope: PollScope) -> str:
-        """See `reconciler.loop.proofs.Prover`."""
+        """See `reconciler.loop.rounds.proofs.Prover`."""
         if scope.token not in self.tokens:
             raise GiteaError("GET /admin/actions/runners: HTTP 401", status=401)
         return ""

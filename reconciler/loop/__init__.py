@@ -1,9 +1,6 @@
-"""The loop, on top: the only room that joins the Kubernetes side, the Gitea side and Redis. The
-controller wakes on events and timers (`controller`), reads demand (`demand`) for the groups whose
-API token proved their scope (`proofs`), and runs each group's pass (`scheduler`, `apply`) through
-its seats (`seating`), registrations (`registrations`, and `registration_scopes`: whether a
-registration token a group gives is of its scope), deletions and drains (`deletions`, `drain`),
-evictions (`disruption`), refused Pods (`admission`) and reports (`reports`). Gitea's word on our
-runners (`gitea_runners`, `gitea_rows`, `gitea_scopes`, `gitea_tokens`, `gitea_ghosts`) and the
-polling fallback (`poller`) are here too, because they act on both sides.
+"""The loop, on top: the only room that joins the Kubernetes side, the Gitea side and Redis. Three rooms
+of its own, each importing only those below it: the round (`rounds`: wake-ups, demand, the scheduler, the
+proofs, the poll and the sweep, the managed webhooks), one group's pass (`passes`), and retiring runners
+(`retiring`: deletion, vetting, drains, ghost rows); at the bottom what they all read: what the
+controller remembers of each group (`state`) and where a group's runners live in Gitea (`scopes`).
 """

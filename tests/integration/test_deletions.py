@@ -17,13 +17,13 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
 from reconciler.decide.plan import Delete
-from reconciler.decide.state import GroupState
 from reconciler.gitea.api import GiteaClient, GiteaError
 from reconciler.kube.api import PermanentError
 from reconciler.kube.objects import GroupObject, JobObject
-from reconciler.loop.deletions import RECALL_S, Deletions
-from reconciler.loop.drain import FINALIZER, GONE_AFTER_S
-from reconciler.loop.gitea_runners import SETTLE, RunnerRows
+from reconciler.loop.retiring.deletions import RECALL_S, Deletions
+from reconciler.loop.retiring.drain import FINALIZER, GONE_AFTER_S
+from reconciler.loop.retiring.vetting import SETTLE, RunnerRows
+from reconciler.loop.state import GroupState
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from tests.fake_gitea import FakeGitea

@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from reconciler.decide.assign import GroupIndex, GroupView, index_groups
-from reconciler.loop.demand import Demand, Queues, window
+from reconciler.loop.rounds.demand import Demand, Queues, window
 from reconciler.model.labels import effective_labels, names
 from tests.groups import spec
 from tests.jobs import claim, model

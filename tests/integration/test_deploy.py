@@ -27,8 +27,8 @@ from redis.asyncio import Redis
 from reconciler.kube import crd_apply, secrets
 from reconciler.kube.crd import crd
 from reconciler.kube.placement import Nodes, Placement
-from reconciler.loop.controller import Controller
-from reconciler.loop.drain import FINALIZER
+from reconciler.loop.retiring.drain import FINALIZER
+from reconciler.loop.rounds.controller import Controller
 from reconciler.settings import Settings as ReconcilerSettings
 from tests.e2e.node_stack import wait_for
 from tests.fake_gitea import FakeGitea

@@ -18,9 +18,9 @@ from reconciler.decide.plan import Delete
 from reconciler.gitea.api import GiteaClient, PollScope, RunnersListing
 from reconciler.kube.api import Kube
 from reconciler.kube.objects import GroupObject, JobObject
-from reconciler.loop import gitea_ghosts
-from reconciler.loop.gitea_runners import SETTLE, RunnerRows, Vetted
-from reconciler.loop.gitea_scopes import owners, owners_of_runner, scope_of
+from reconciler.loop.retiring import ghosts as gitea_ghosts
+from reconciler.loop.retiring.vetting import SETTLE, RunnerRows, Vetted
+from reconciler.loop.scopes import owners, owners_of_runner, scope_of
 from reconciler.metrics import Metrics
 from reconciler.model.names import group_key, job_name, runner_name
 from tests.fake_gitea import FakeGitea

@@ -1,4 +1,4 @@
-"""The controller's proof that a group's API token administers its scope (`reconciler.loop.proofs.GiteaProver`),
+"""The controller's proof that a group's API token administers its scope (`reconciler.loop.rounds.proofs.GiteaProver`),
 asked over HTTP of a fake Gitea of several tenants whose answers are checked against Gitea's own spec."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from reconciler.gitea.api import GiteaClient, GiteaError, PollScope
-from reconciler.loop.proofs import GiteaProver
+from reconciler.loop.rounds.proofs import GiteaProver
 from tests.fake_tenants import Tenant, TenantGitea
 
 Kind = Literal["global", "org", "user", "repo"]

@@ -23,7 +23,6 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from reconciler.decide.state import GroupState
 from reconciler.gitea.api import GiteaClient
 from reconciler.gitea.register import TIMEOUT_S as REGISTER_TIMEOUT_S
 from reconciler.kube.api import Kube, api_client
@@ -33,7 +32,8 @@ from reconciler.kube.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, GroupRef, 
 from reconciler.kube.objects import job_from
 from reconciler.kube.openapi import pod_schema, shipped_pod_schema
 from reconciler.kube.runner_cache import RunnerCache
-from reconciler.loop.controller import Controller
+from reconciler.loop.rounds.controller import Controller
+from reconciler.loop.state import GroupState
 from reconciler.metrics import Metrics
 from reconciler.settings import Settings
 from tests.fake_gitea import FakeGitea, FakeRegistrar

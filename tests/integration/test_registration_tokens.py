@@ -21,7 +21,7 @@ from reconciler.decide.status import REGISTRATION_REFUSED, SCOPE_MISMATCH
 from reconciler.gitea.api import GiteaClient
 from reconciler.gitea.register import Registrar, Registration, registrar_of
 from reconciler.kube.api import Kube, PermanentError, TransientError
-from reconciler.loop.registrations import REFUSED, TOKEN_TTL_S, Registrations
+from reconciler.loop.passes.registrations import REFUSED, TOKEN_TTL_S, Registrations
 from reconciler.model.spec import RunnerGroupSpec
 from tests.fake_gitea import REGISTRATION_TOKEN, FakeGitea, FakeRegistrar
 from tests.groups import spec

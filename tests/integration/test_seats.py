@@ -13,13 +13,13 @@ import pytest
 from redis.asyncio import Redis
 
 from reconciler.decide.plan import Create
-from reconciler.decide.state import GroupState
 from reconciler.gitea.api import GiteaError
 from reconciler.gitea.register import Registration
 from reconciler.kube.api import Kube, TransientError
 from reconciler.kube.objects import GroupObject, JobObject
-from reconciler.loop.registrations import UNREGISTERED, Registrations
-from reconciler.loop.seating import Seating
+from reconciler.loop.passes.registrations import UNREGISTERED, Registrations
+from reconciler.loop.passes.seating import Seating
+from reconciler.loop.state import GroupState
 from tests.fake_gitea import FakeRegistrar
 from tests.groups import spec
 from tests.jobs import model
@@ -180,7 +180,7 @@ async def replica_a(redis: Redis, monkeypatch: pytest.MonkeyPatch) -> ReplicaA:
     epoch = (await coordination.epoch(new_id="e1")).id
     await queued(redis, 7)
     kube, registrar, clock = CreatingKube(), Registering(), Clock()
-    monkeypatch.setattr("reconciler.loop.seating.time", clock)
+    monkeypatch.setattr("reconciler.loop.passes.seating.time", clock)
     registrations = Registrations(cast(Kube, kube), registrar)
     seating = Seating(coordination, cast(Kube, kube), registrations, claim_ttl_s=600, replica="replica-a")
     return ReplicaA(coordination, epoch, kube, registrar, seating, clock)

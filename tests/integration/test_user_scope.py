@@ -1,7 +1,7 @@
 """A user scope's poll sees only the repositories its API token can see: the jobs of the user's other
 repositories (private ones of a token that may not read them) are never marked gone for missing from
 it. The Gitea client against the fake Gitea, its listing recorded as the poller does
-(`reconciler/loop/poller.py`), on fakeredis and on a real redis-server."""
+(`reconciler/loop/rounds/poller.py`), on fakeredis and on a real redis-server."""
 
 from __future__ import annotations
 

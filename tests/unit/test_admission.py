@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from reconciler.decide.state import GroupState
 from reconciler.kube.events import refusals
 from reconciler.kube.objects import GroupObject, JobObject, PodObject
-from reconciler.loop.admission import PODLESS_AFTER_MS, RECHECK_MS, WAKE_FOR_MS, Admission
+from reconciler.loop.passes.admission import PODLESS_AFTER_MS, RECHECK_MS, WAKE_FOR_MS, Admission
+from reconciler.loop.state import GroupState
 
 GROUP = GroupObject("ci", "builders", "uid-g", 1, {}, {})
 T0 = 1_800_000_000_000

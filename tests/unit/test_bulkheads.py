@@ -15,7 +15,7 @@ from reconciler.decide.status import Condition, desired_status, failing
 from reconciler.kube.informers import Informer
 from reconciler.kube.objects import GroupObject, job_from, job_id_of
 from reconciler.kube.runner_policy import RunnerPolicy
-from reconciler.loop.group_views import GroupViews, validate
+from reconciler.loop.rounds.group_views import GroupViews, validate
 from reconciler.metrics import Metrics
 from reconciler.settings import Settings
 from tests.groups import spec, spec_dict

@@ -11,10 +11,10 @@ from prometheus_client import CollectorRegistry
 
 from reconciler.decide.phases import POD_GONE, Phase, Runner, classify
 from reconciler.decide.plan import plan
-from reconciler.decide.state import GroupState
 from reconciler.kube.api import Kube
 from reconciler.kube.objects import GroupObject, PodObject, pod_from
-from reconciler.loop.disruption import report_failures
+from reconciler.loop.passes.disruption import report_failures
+from reconciler.loop.state import GroupState
 from reconciler.metrics import Metrics
 from tests.groups import spec
 from webhook_scaler.store.jobs.model import QueuedJob

@@ -15,7 +15,7 @@ from reconciler.decide.status import desired_status
 from reconciler.kube.manifests import GroupRef, build_job, template_hash
 from reconciler.kube.openapi import shipped_pod_schema
 from reconciler.kube.runner_policy import RunnerPolicy
-from reconciler.loop.group_views import validate
+from reconciler.loop.rounds.group_views import validate
 from reconciler.model.spec import GITEA_URL_PATTERN
 from tests.groups import spec_dict
 

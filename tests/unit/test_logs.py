@@ -9,14 +9,18 @@ from webhook_scaler.logs import JsonFormatter, TextFormatter
 
 
 def _record() -> logging.LogRecord:
-    record = logging.makeLogRecord({"name": "reconciler.loop.apply", "levelname": "INFO", "msg": "runner created"})
+    record = logging.makeLogRecord(
+        {"name": "reconciler.loop.passes.group_pass", "levelname": "INFO", "msg": "runner created"}
+    )
     record.__dict__.update(group="g0", job="g0-1000-1", seconds=0.25)
     return record
 
 
 def test_text_lines_name_the_fields() -> None:
     line = TextFormatter().format(_record())
-    assert line.endswith('INFO reconciler.loop.apply: runner created group="g0" job="g0-1000-1" seconds=0.25'), line
+    assert line.endswith(
+        'INFO reconciler.loop.passes.group_pass: runner created group="g0" job="g0-1000-1" seconds=0.25'
+    ), line
 
 
 def test_text_line_without_fields_ends_at_the_message() -> None:

@@ -13,7 +13,7 @@ from reconciler.decide.phases import Phase
 from reconciler.kube.manifests import GroupRef, build_job
 from reconciler.kube.objects import GroupObject, job_from
 from reconciler.kube.placement import Nodes, Placement
-from reconciler.loop.apply import GroupPass
+from reconciler.loop.passes.group_pass import GroupPass
 from reconciler.settings import Settings
 from tests.groups import spec
 from webhook_scaler.store.seats.coordination import Activity

@@ -1,4 +1,4 @@
-"""The controller's proofs (`reconciler.loop.proofs`): which groups a round gives jobs to, asked of a fake
+"""The controller's proofs (`reconciler.loop.rounds.proofs`): which groups a round gives jobs to, asked of a fake
 Gitea (`Prover`) with the group's token read from a fake Secret store, on a clock the test moves."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from reconciler.decide.ownership import REFUSED_HOLD, WINDOW
-from reconciler.decide.state import GroupState
 from reconciler.decide.status import REGISTRATION_REFUSED
 from reconciler.gitea.api import GiteaError, PollScope
 from reconciler.kube.api import Kube, PermanentError
 from reconciler.kube.objects import GroupObject
-from reconciler.loop.proofs import Ownership
+from reconciler.loop.rounds.proofs import Ownership
+from reconciler.loop.state import GroupState
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.settings import Settings

@@ -8,7 +8,7 @@ from typing import Any
 
 from reconciler.decide.status import desired_status
 from reconciler.kube.crd import crd
-from reconciler.loop.registration_scopes import ScopeChecks, Verdict
+from reconciler.loop.passes.registration_scopes import ScopeChecks, Verdict
 from reconciler.model.spec import RunnerGroupSpec
 from tests.groups import operator_form, spec, spec_dict
 

@@ -7,11 +7,11 @@ from typing import Any, cast
 
 import pytest
 
-from reconciler.decide.state import GroupState
 from reconciler.kube.manifests import GroupRef
 from reconciler.kube.objects import GroupObject
-from reconciler.loop import reports as reports_module
-from reconciler.loop.reports import Reports
+from reconciler.loop.passes import reports as reports_module
+from reconciler.loop.passes.reports import Reports
+from reconciler.loop.state import GroupState
 
 A, B = GroupRef("ci", "a", "uid-a"), GroupRef("ci", "b", "uid-b")
 

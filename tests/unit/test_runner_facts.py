@@ -14,7 +14,7 @@ import pytest
 
 from reconciler.decide.phases import Phase
 from reconciler.kube.objects import GroupObject, JobObject, PodObject
-from reconciler.loop.apply import FACT_SKEW_MS, GroupPass
+from reconciler.loop.passes.group_pass import FACT_SKEW_MS, GroupPass
 from reconciler.settings import Settings
 from webhook_scaler.store.seats.coordination import Activity
 

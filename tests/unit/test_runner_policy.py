@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from reconciler.kube.runner_policy import RunnerPolicy
-from reconciler.loop.group_views import validate
+from reconciler.loop.rounds.group_views import validate
 from reconciler.settings import Settings
 from tests.groups import spec, spec_dict
 

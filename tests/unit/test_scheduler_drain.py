@@ -10,9 +10,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from reconciler.kube.objects import GroupObject
-from reconciler.loop import drain
-from reconciler.loop.demand import NONE
-from reconciler.loop.scheduler import Scheduler
+from reconciler.loop.retiring import drain
+from reconciler.loop.rounds.demand import NONE
+from reconciler.loop.rounds.scheduler import Scheduler
 from reconciler.metrics import Metrics
 from reconciler.settings import Settings
 from tests.groups import spec

@@ -199,7 +199,7 @@ class JobStore:
         """The queued jobs of one scope, oldest first, with who claimed each; cost ~ jobs returned.
 
         Two round trips up to 5,000 jobs: the index, then one script reads every job on it. (The
-        reconciler reads round after round through `reconciler.loop.demand`, which parses only what changed.)"""
+        reconciler reads round after round through `reconciler.loop.rounds.demand`, which parses only what changed.)"""
         ids = await self.queued_ids(scope, limit=limit)
         return [queued_job(job_id, row) for job_id, row in zip(ids, await self.job_rows(ids), strict=True) if row]
 

@@ -1,13 +1,13 @@
 """Gitea's own word on our runners: no runner Job is deleted until Gitea says it runs no job.
 
 Owns which runner Job deletions may go ahead, and the runner rows our runners leave in Gitea (disabled,
-then deleted with their runner). The rows left behind are `gitea_ghosts`'.
+then deleted with their runner). The rows left behind are `ghosts`'.
 
 Every deletion, whatever its reason, goes through one protocol (`RunnerRows.vet`):
-1. **Find the row** (`gitea_rows`). The group's scope is listed; a runner missing from it is looked
+1. **Find the row** (`rows`). The group's scope is listed; a runner missing from it is looked
    for in the wider scopes its API token can list (a repository's owner, then the instance): runners
    registered with an org token while the group serves one repository are org runners. The token is
-   read from the group's Secret (`gitea_tokens`: a group being deleted with it uses the one last read).
+   read from the group's Secret (`tokens`: a group being deleted with it uses the one last read).
 2. **Busy stays.** A row Gitea calls `busy`, or that an `in_progress` job of its scope names, is kept,
    and counts as busy for `BUSY_HOLD` seconds without asking again.
 3. **Disable, wait, ask again.** An idle row is disabled (`PATCH`, Gitea >= 1.26): Gitea hands a
@@ -20,7 +20,7 @@ Every deletion, whatever its reason, goes through one protocol (`RunnerRows.vet`
    A surplus idle runner goes only when no scope its token can list holds its row; otherwise it is
    kept and reported `unlisted`: it registered where the group cannot see it (the registration token's
    scope is not the group's), and Gitea cannot say it is idle. Which listings prove a row missing,
-   however many pages they take, is `gitea_rows`'.
+   however many pages they take, is `rows`'.
 Gitea unreachable, a listing that moved under us, a refused call: the runner is kept and asked about
 later, and `Vetted` says why (`unanswered`: whether asking again can help, for a drain to give up on).
 A runner disabled but not confirmed idle stays due for deletion (`retiring`); one this process never
@@ -43,8 +43,8 @@ from reconciler.decide.plan import Delete
 from reconciler.gitea.api import GiteaClient, GiteaError, PollScope
 from reconciler.kube.api import Kube, PermanentError, TransientError
 from reconciler.kube.objects import GroupObject
-from reconciler.loop.gitea_rows import Found, find
-from reconciler.loop.gitea_tokens import Tokens
+from reconciler.loop.retiring.rows import Found, find
+from reconciler.loop.retiring.tokens import Tokens
 from reconciler.metrics import Metrics
 from reconciler.model.names import job_of_runner
 from reconciler.model.spec import RunnerGroupSpec

@@ -18,15 +18,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from reconciler.decide.plan import Counts
-from reconciler.decide.state import GroupState
 from reconciler.decide.status import desired_status, failing, pass_fields
 from reconciler.kube.api import Kube
 from reconciler.kube.objects import GroupObject
-from reconciler.loop import drain
-from reconciler.loop.apply import GroupPass
-from reconciler.loop.demand import GroupDemand
-from reconciler.loop.errors import kind_of
-from reconciler.loop.group_views import validate
+from reconciler.loop.passes.group_pass import GroupPass
+from reconciler.loop.retiring import drain
+from reconciler.loop.rounds.demand import GroupDemand
+from reconciler.loop.rounds.errors import kind_of
+from reconciler.loop.rounds.group_views import validate
+from reconciler.loop.state import GroupState
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.settings import Settings

@@ -16,15 +16,15 @@ from datetime import UTC, datetime
 
 from reconciler.decide.gitea_health import poll_failed
 from reconciler.decide.instances import instance_of
-from reconciler.decide.state import GroupState
 from reconciler.decide.status import Condition, timestamp
 from reconciler.gitea.api import GiteaClient, GiteaError, PollScope
 from reconciler.kube.api import Kube, PermanentError, TransientError
 from reconciler.kube.objects import GroupObject, JobObject
-from reconciler.loop import gitea_ghosts
-from reconciler.loop.gitea_runners import RunnerRows
-from reconciler.loop.gitea_scopes import scope_of
-from reconciler.loop.group_views import contained
+from reconciler.loop.retiring import ghosts
+from reconciler.loop.retiring.vetting import RunnerRows
+from reconciler.loop.rounds.group_views import contained
+from reconciler.loop.scopes import scope_of
+from reconciler.loop.state import GroupState
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.settings import Settings
@@ -172,4 +172,4 @@ class Poller:
         for groups in scopes.values():
             for g in groups:
                 seated[g.uid] = set((await self.coordination.seats(g.uid)).held)
-        return await gitea_ghosts.sweep(self.rows, scopes, self.jobs(), seated)
+        return await ghosts.sweep(self.rows, scopes, self.jobs(), seated)

@@ -2,7 +2,7 @@
 
 A row is left behind when its runner went without Gitea removing it: deleted or evicted behind our
 back, killed before its job, its group's drain abandoned. Rows are looked for in each group's scope
-and in the wider scopes its API token can list (`gitea_scopes.wider`): a runner registered with an org
+and in the wider scopes its API token can list (`scopes.wider`): a runner registered with an org
 token while its group serves one repository is an org runner. A wider scope the token may not list is
 skipped quietly; the group's own is reported.
 
@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 
 from reconciler.gitea.api import GiteaError, PollScope
 from reconciler.kube.objects import GroupObject, JobObject
-from reconciler.loop.gitea_runners import RunnerRows
-from reconciler.loop.gitea_scopes import owners_of_runner, wider
+from reconciler.loop.retiring.vetting import RunnerRows
+from reconciler.loop.scopes import owners_of_runner, wider
 from reconciler.model.names import job_of_runner
 from reconciler.model.spec import RunnerGroupSpec
 from webhook_scaler.gitea import ActionRunner
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 async def clear(rows: RunnerRows, group: GroupObject, spec: RunnerGroupSpec) -> list[str]:
     """Delete the rows Gitea lists of a group's runners (a group being deleted, none of whose runner Jobs
     runs any more) unless busy; the names of the busy ones left. PermanentError if the group's API token
-    cannot be read (see `gitea_tokens`); GiteaError if its own scope cannot be listed, or not completely
+    cannot be read (see `tokens`); GiteaError if its own scope cannot be listed, or not completely
     (a row of ours may have moved past the pages read)."""
     scope = await rows.tokens.scope(group, spec)
     label = f"{group.namespace}/{group.name}"

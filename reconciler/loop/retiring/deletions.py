@@ -1,6 +1,6 @@
 """A pass's deletions and the group's finalizer: runner Jobs go only as Gitea allows.
 
-Owns: applying the deletions `plan` decided, each vetted by Gitea first (`gitea_runners`: disabled,
+Owns: applying the deletions `plan` decided, each vetted by Gitea first (`vetting`: disabled,
 confirmed idle, its row removed), with those disabled but not yet confirmed retried on every pass; the
 recall of runners Gitea lists disabled that this process does not remember disabling (it restarted, or
 another replica disabled them): disabled, a runner takes no job, so it serves nobody and goes (reason
@@ -15,13 +15,13 @@ import logging
 from collections.abc import Callable, Sequence
 
 from reconciler.decide.plan import Delete
-from reconciler.decide.state import GroupState
 from reconciler.gitea.api import GiteaError
 from reconciler.kube.api import Kube, PermanentError, TransientError
 from reconciler.kube.objects import GroupObject, JobObject
-from reconciler.loop import drain
-from reconciler.loop.gitea_runners import RunnerRows, Vetted
-from reconciler.loop.gitea_scopes import registered_spec
+from reconciler.loop.retiring import drain
+from reconciler.loop.retiring.vetting import RunnerRows, Vetted
+from reconciler.loop.scopes import registered_spec
+from reconciler.loop.state import GroupState
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from webhook_scaler.store.seats.coordination import Coordination
@@ -52,7 +52,7 @@ class Deletions:
         state: GroupState,
         jobs: Sequence[JobObject],
     ) -> set[str]:
-        """Delete the runners Gitea lets go (see `gitea_runners`); the names of those it kept."""
+        """Delete the runners Gitea lets go (see `vetting`); the names of those it kept."""
         label = f"{group.namespace}/{group.name}"
         alive = {j.name for j in jobs if not j.finished}
         deciding = {d.name for d in deletes}
@@ -139,7 +139,7 @@ class Deletions:
     async def hold_or_finish(
         self, group: GroupObject, spec: RunnerGroupSpec, jobs: list[JobObject], now_ms: int, drain_timeout: float
     ) -> bool:
-        """Give the group its finalizer (and keep its API token at hand for its drain, see `gitea_tokens`);
+        """Give the group its finalizer (and keep its API token at hand for its drain, see `tokens`);
         or, deleted, let it go once its runners are done, or at its deadline (see `drain`; `now_ms`: the
         pass's time, ms since the epoch). False: look again shortly (runners or rows not done yet, or a
         write raced ours)."""

@@ -29,7 +29,7 @@ from reconciler.gitea.register import NotEphemeral, Registrar, Registration, Reg
 from reconciler.kube.api import CREATED_BY, Kube, PermanentError, TransientError
 from reconciler.kube.events import COMPONENT, PROTECTED_SECRET
 from reconciler.kube.manifests import credential_secret, runner_file
-from reconciler.loop.registration_scopes import ScopeChecks, describe
+from reconciler.loop.passes.registration_scopes import ScopeChecks, describe
 from reconciler.model.labels import effective_labels, label_name
 from reconciler.model.spec import RunnerGroupSpec, SecretKeySelector
 

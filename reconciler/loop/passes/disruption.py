@@ -24,11 +24,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from reconciler.decide.phases import Phase, Runner
-from reconciler.decide.state import GroupState
 from reconciler.decide.status import registration_failed
 from reconciler.kube.api import Kube, PermanentError, TransientError
 from reconciler.kube.manifests import GROUP_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from reconciler.kube.objects import GroupObject, JobObject
+from reconciler.loop.state import GroupState
 from reconciler.metrics import Metrics
 from webhook_scaler.store.seats.coordination import Coordination
 

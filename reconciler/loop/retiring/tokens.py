@@ -1,8 +1,8 @@
 """The API token of each group, kept at hand for its drain: a token Secret deleted with its group (GitOps
 deletes both) can no longer be read when the drain needs it.
 
-Owns: reading a group's (Gitea, scope, API token) for the runner rows protocol (`gitea_runners`) and the
-drain (`gitea_ghosts.clear`), remembering the token last read for each group while it is served (read
+Owns: reading a group's (Gitea, scope, API token) for the runner rows protocol (`vetting`) and the
+drain (`ghosts.clear`), remembering the token last read for each group while it is served (read
 again at most every `REMEMBER_S`), using it only while that group is being deleted and its Secret cannot
 be read any more, and forgetting it once the group is gone. The token stays in memory: never logged,
 never in an error or a status. Must not call Gitea; Kubernetes only through `Kube.secret_value`.
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from reconciler.gitea.api import PollScope
 from reconciler.kube.api import Kube, PermanentError, TransientError
 from reconciler.kube.objects import GroupObject
-from reconciler.loop.gitea_scopes import scope_of
+from reconciler.loop.scopes import scope_of
 from reconciler.model.spec import RunnerGroupSpec
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Where our runners' rows are in Gitea, and when a listing proves one missing.
 
 Owns: looking for runners' rows by name in a group's scope, then in the wider scopes its API token can
-list (`gitea_scopes.wider`: a runner registered with an org token while its group serves one repository
+list (`scopes.wider`: a runner registered with an org token while its group serves one repository
 is an org runner), and which names the listings prove missing. Gitea lists runners `last_online DESC`
 in pages of at most 50 (`gitea.paging`): rows move between pages as runners poll, register and go.
 - One short page is one SELECT: a name missing from it is missing from Gitea.
@@ -9,7 +9,7 @@ in pages of at most 50 (`gitea.paging`): rows move between pages as runners poll
   read while another is added after it), so a name missing from a complete listing of several pages is
   looked for in a second complete listing, read after the first: missing from both, it is missing.
 - A listing that is not complete (rows moved while it was read) proves nothing missing.
-Must not change anything in Gitea (`gitea_runners` does), nor touch Redis or Kubernetes.
+Must not change anything in Gitea (`vetting` does), nor touch Redis or Kubernetes.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from reconciler.gitea.api import GiteaClient, GiteaError, PollScope
 from reconciler.gitea.paging import PAGE_SIZE
-from reconciler.loop.gitea_scopes import wider
+from reconciler.loop.scopes import wider
 from webhook_scaler.gitea import ActionRunner
 
 Rows = dict[str, tuple[PollScope, ActionRunner]]  # runner name -> the scope listing it, and its row

@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from reconciler.decide.state import GroupState
 from reconciler.kube.api import Kube, PermanentError, TransientError
 from reconciler.kube.objects import GroupObject, JobObject, PodObject
+from reconciler.loop.state import GroupState
 
 log = logging.getLogger(__name__)
 PODLESS_AFTER_MS = 3000  # the Job controller makes a Job's Pod within a second or so

@@ -1,7 +1,7 @@
 """One group's pass: read its runners and Gitea's word on them, plan, apply the plan, report.
 
 Owns: classifying the group's runner Jobs, the seats a pass starts from (`seating`), deleting and
-creating runners as the plan says (deletions vetted by Gitea first, see `gitea_runners`), the
+creating runners as the plan says (deletions vetted by Gitea first, see `vetting`), the
 reports and protections that follow (`disruption`, `admission`), the group's metrics and its status
 write. The decisions are `plan`'s; scheduling passes is `controller`'s.
 """
@@ -17,20 +17,20 @@ from datetime import UTC, datetime
 
 from reconciler.decide.phases import Phase, Runner, classify
 from reconciler.decide.plan import Create, Plan, plan
-from reconciler.decide.state import GroupState
 from reconciler.decide.status import desired_status
 from reconciler.decide.waiting import believed, waiting
 from reconciler.kube.api import Kube, TransientError
 from reconciler.kube.egress import DIRECT, Egress
 from reconciler.kube.manifests import template_hash
 from reconciler.kube.objects import GroupObject, JobObject, PodObject
-from reconciler.loop.admission import Admission
-from reconciler.loop.deletions import Deletions
-from reconciler.loop.disruption import Budgets, report_failures
-from reconciler.loop.gitea_runners import RunnerRows
-from reconciler.loop.registrations import Registrations
-from reconciler.loop.reports import Reports
-from reconciler.loop.seating import Ready, Seating
+from reconciler.loop.passes.admission import Admission
+from reconciler.loop.passes.disruption import Budgets, report_failures
+from reconciler.loop.passes.registrations import Registrations
+from reconciler.loop.passes.reports import Reports
+from reconciler.loop.passes.seating import Ready, Seating
+from reconciler.loop.retiring.deletions import Deletions
+from reconciler.loop.retiring.vetting import RunnerRows
+from reconciler.loop.state import GroupState
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.settings import Settings

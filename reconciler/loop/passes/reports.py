@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from reconciler.decide.state import GroupState
 from reconciler.decide.status import pass_fields
 from reconciler.kube.api import Kube
 from reconciler.kube.manifests import GroupRef
 from reconciler.kube.objects import GroupObject
+from reconciler.loop.state import GroupState
 
 MAX_DELAY = 10.0  # seconds an Event or a count-only status write waits at most for the creates
 STATUS_INTERVAL = 1.0  # seconds between status writes that only change counts

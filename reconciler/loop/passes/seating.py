@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 
 from reconciler.decide.instances import instance_of
 from reconciler.decide.plan import Create
-from reconciler.decide.state import GroupState
 from reconciler.decide.status import SEAT_EPOCH
 from reconciler.kube.api import Kube, PermanentError, TransientError
 from reconciler.kube.egress import DIRECT, Egress
@@ -29,7 +28,8 @@ from reconciler.kube.manifests import build_job
 from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.kube.placement import UNPINNED, Placement
 from reconciler.kube.runner_cache import SECRET_KEY
-from reconciler.loop.registrations import Registrations
+from reconciler.loop.passes.registrations import Registrations
+from reconciler.loop.state import GroupState
 from reconciler.model.names import group_key, job_name, runner_name, runner_retry, runner_suffix
 from reconciler.model.spec import RunnerGroupSpec
 from webhook_scaler.store.seats.coordination import (

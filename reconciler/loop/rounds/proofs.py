@@ -23,13 +23,13 @@ from reconciler.decide import ownership
 from reconciler.decide.assign import Standing
 from reconciler.decide.instances import View
 from reconciler.decide.ownership import Key, Proof
-from reconciler.decide.state import GroupState
 from reconciler.decide.status import REGISTRATION_REFUSED, Condition
 from reconciler.gitea.api import GiteaClient, GiteaError, PollScope
 from reconciler.kube.api import Kube, PermanentError, TransientError
 from reconciler.kube.objects import GroupObject
-from reconciler.loop.gitea_scopes import scope_of
-from reconciler.loop.group_views import contained
+from reconciler.loop.rounds.group_views import contained
+from reconciler.loop.scopes import scope_of
+from reconciler.loop.state import GroupState
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.settings import Settings

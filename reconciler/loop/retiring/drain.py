@@ -4,11 +4,11 @@ longer than the drain timeout.
 Owns the finalizer `gitea.bpg.pw/runners`: added to every group the controller serves, removed once a
 deleted group has no runner Job left running and Gitea lists no row of its runners. While the group is
 being deleted its passes start no runner and delete every runner that took no job, each through Gitea
-first (`gitea_runners`); busy runners run their jobs to the end. Deciding what to delete is `plan`'s
+first (`vetting`); busy runners run their jobs to the end. Deciding what to delete is `plan`'s
 (`draining`); this module holds, lets go, and says when Gitea is asked no more:
 
 - **Abandoned.** Gitea cannot be asked about the group's runners for good (its API token cannot be read
-  and none was kept, see `gitea_tokens`; Gitea answers 401, 403 or 404), or has answered none of the
+  and none was kept, see `tokens`; Gitea answers 401, 403 or 404), or has answered none of the
   drain's calls for `GONE_AFTER_S` (switched off): a `DrainAbandoned` Warning Event says so once, the
   runners not known busy are deleted without asking Gitea (`deletions`), those known busy (from Redis:
   webhooks, polls) run on until the deadline, and the group goes once none runs. Their rows stay in
@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 from reconciler.gitea.api import GiteaError
 from reconciler.kube.api import Kube, PermanentError
 from reconciler.kube.objects import GroupObject, JobObject
-from reconciler.loop import gitea_ghosts
-from reconciler.loop.gitea_runners import RunnerRows, Vetted, unanswered
+from reconciler.loop.retiring import ghosts
+from reconciler.loop.retiring.vetting import RunnerRows, Vetted, unanswered
 from reconciler.model.spec import RunnerGroupSpec
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class Drain:
             return False
         if not memo.abandoned:
             try:
-                memo.busy = await gitea_ghosts.clear(self.rows, group, spec)
+                memo.busy = await ghosts.clear(self.rows, group, spec)
             except (GiteaError, PermanentError) as exc:
                 await self._judge(group, memo, str(exc), unanswered(exc), now=now, deadline=deadline)
                 if not memo.abandoned:

@@ -21,12 +21,12 @@ import logging
 from collections.abc import Callable, Iterable
 
 from reconciler.decide.instances import View, instance_of
-from reconciler.decide.state import GroupState
 from reconciler.decide.status import Condition
 from reconciler.gitea import hooks
 from reconciler.gitea.api import GiteaClient, GiteaError, PollScope
 from reconciler.kube.objects import GroupObject
-from reconciler.loop.proofs import Ownership
+from reconciler.loop.rounds.proofs import Ownership
+from reconciler.loop.state import GroupState
 from reconciler.settings import Settings
 from webhook_scaler import hook_keys
 

@@ -4,7 +4,7 @@ Owns: the wake-ups (the Redis stream, informer events, resync and per-group dead
 demand once per round and giving each queued job to one group (`assign`), one task per RunnerGroup so
 that one group's error or slow API call never stalls another, per-group leases so replicas take turns
 on a group (an economy: the invariants rest on claims, names and seats, see `coordination`), errors by
-kind (`errors`), and the metrics of facts the receivers recorded. A pass itself is `apply`'s; the
+kind (`errors`), and the metrics of facts the receivers recorded. A pass itself is `group_pass`'s; the
 Gitea poll and the ghost sweep are `poller`'s; the managed webhooks `webhooks`'.
 """
 
@@ -18,24 +18,24 @@ from typing import Any
 
 from reconciler.decide.instances import View
 from reconciler.decide.plan import Plan
-from reconciler.decide.state import GroupState
 from reconciler.gitea.api import GiteaClient
 from reconciler.gitea.register import Registrar, registrar_of
 from reconciler.kube.api import Kube
 from reconciler.kube.egress import DIRECT, Egress
 from reconciler.kube.informers import caches
 from reconciler.kube.objects import GroupObject, JobObject, PodObject
-from reconciler.loop.apply import GroupPass
-from reconciler.loop.demand import NONE, Queues, observe
-from reconciler.loop.errors import kind_of
-from reconciler.loop.gitea_runners import RunnerRows
-from reconciler.loop.group_views import GroupViews, contained
-from reconciler.loop.poller import Poller
-from reconciler.loop.proofs import GiteaProver, Ownership, Prover
-from reconciler.loop.registrations import Registrations
-from reconciler.loop.reports import Reports
-from reconciler.loop.scheduler import Scheduler
-from reconciler.loop.webhooks import Webhooks
+from reconciler.loop.passes.group_pass import GroupPass
+from reconciler.loop.passes.registrations import Registrations
+from reconciler.loop.passes.reports import Reports
+from reconciler.loop.retiring.vetting import RunnerRows
+from reconciler.loop.rounds.demand import NONE, Queues, observe
+from reconciler.loop.rounds.errors import kind_of
+from reconciler.loop.rounds.group_views import GroupViews, contained
+from reconciler.loop.rounds.poller import Poller
+from reconciler.loop.rounds.proofs import GiteaProver, Ownership, Prover
+from reconciler.loop.rounds.scheduler import Scheduler
+from reconciler.loop.rounds.webhooks import Webhooks
+from reconciler.loop.state import GroupState
 from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.settings import Settings
