@@ -1,5 +1,6 @@
-"""gitea_runners.py against the fake Gitea (every answer checked against Gitea's OpenAPI spec): which
-runner deletions go ahead, the runner rows deleted with them, and the ghost sweep."""
+"""Deletion vetting (`loop/retiring/vetting.py`) against the fake Gitea (every answer checked against
+Gitea's OpenAPI spec): which runner deletions go ahead, the runner rows deleted with them, and the ghost
+sweep."""
 
 from __future__ import annotations
 
