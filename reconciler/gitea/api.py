@@ -1,10 +1,12 @@
 """The Gitea REST client: the polling fallback (Gitea >= 1.25 for `/actions/jobs`) and runner rows
 (`/actions/runners`, 1.24+).
 
-Owns: the endpoints per scope (seed §6), status filters (`queued` and `in_progress` only; `waiting` and
-`pending` mean blocked and are never demand), listing and deleting runners, and the
-transient/permanent error split with Retry-After on 429. Must not touch Redis or Kubernetes, and
-never logs or raises the token. Paging, and whether a listing holds every row, is `paging`'s.
+Owns: the jobs endpoints per scope, status filters (`queued` and `in_progress` only; `waiting` and
+`pending` mean blocked and are never demand), listing, disabling and deleting runners, whether a token
+administers a scope (`administers`, `login`), Gitea's version, a user's repositories, and the
+transient/permanent error split with Retry-After on 429 (for every call of the Gitea side: `_call`).
+Must not touch Redis or Kubernetes, and never logs or raises the token. Paging, and whether a listing
+holds every row, is `paging`'s.
 """
 
 from __future__ import annotations

@@ -79,7 +79,9 @@ _STATUS = {
         "observedGeneration": {"type": "integer", "format": "int64"},
         "seatEpoch": {
             "type": "string",
-            "description": "The Redis seat epoch whose runner Jobs hold seats (see README: How runners are decided).",
+            "description": (
+                "The Redis seat epoch whose runner Jobs hold seats (see docs/runnergroups.md: How runners are decided)."
+            ),
         },
         "conditions": {
             "type": "array",

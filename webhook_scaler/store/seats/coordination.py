@@ -4,7 +4,7 @@ Owns every key the reconciler writes (the receiver's job records are `jobs.recor
 hold across any number of replicas, whatever their caches show and however their calls interleave:
 
 **One runner per (job, attempt).** A runner Job for a queued job is named from the group, the job id
-and the attempt it will run (see `reconciler.kube.manifests.job_name`), so the API server itself refuses
+and the attempt it will run (see `reconciler.model.names.job_name`), so the API server itself refuses
 a second Job of that name (409 means "there already is one", never "created"). The claim
 (taken by `take`, SET NX on the job's claim key, only while the job is queued) decides which replica
 tries first, so replicas do not race on the create at all. A claim lasts the runner's Register (the
