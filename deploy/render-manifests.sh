@@ -28,5 +28,5 @@ mkdir -p "$(dirname "$out")"
     --namespace gitea-runner-scaler --kube-version 1.36.3 --include-crds \
     --set webhook.secret.existingSecret=gitea-runner-scaler-webhook \
     --set redis.auth.existingSecret=gitea-runner-scaler-redis \
-    --set gitea.url=https://gitea.example.com
+    --set gitea.url=https://gitea.example.com --skip-tests
 } > "$out"

@@ -10,6 +10,7 @@ import base64
 import copy
 import json
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -33,6 +34,7 @@ from reconciler.settings import Settings as ReconcilerSettings
 from tests.e2e.node_stack import wait_for
 from tests.fake_gitea import FakeGitea
 from tests.groups import spec_dict
+from tests.integration.test_check import COMMAND, write_status
 from tests.integration.test_reconciler import (
     API_TOKEN,
     REG_TOKEN,
@@ -49,6 +51,7 @@ from tests.integration.test_reconciler import (
 from tests.kube_cluster import KubeCluster, api_request, peer, runner_of
 from tests.kube_schemas import write_schemas
 from tests.redis_server import RedisServer, free_port, wait_port
+from tests.unit.test_check import status as served_status
 from webhook_scaler.config import load
 from webhook_scaler.settings import Settings as ReceiverSettings
 
@@ -1175,3 +1178,62 @@ def test_one_release_name_in_two_namespaces_shares_no_cluster_scoped_object() ->
         names[ns] = {(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in CLUSTER_SCOPED}
     assert {kind for kind, _ in names["team-a"]} == set(CLUSTER_SCOPED), names
     assert not names["team-a"] & names["team-b"], names["team-a"] & names["team-b"]
+
+
+def _check_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (pod,) = [d for d in docs if d["kind"] == "Pod"]
+    return pod
+
+
+@pytest.mark.parametrize("values", [(), (CHART / "ci" / "full-values.yaml",)], ids=["defaults", "full"])
+def test_helm_test_runs_reconciler_check_hardened_under_the_reconcilers_account_and_its_rbac(
+    kube: KubeCluster, tmp_path: Path, values: tuple[Path, ...]
+) -> None:
+    """`helm test`'s Pod: `reconciler check --wait 60` in the chart's image, as hardened as the chart's other
+    Pods, under the reconciler's ServiceAccount serving the reconciler's namespaces, deleted before the next
+    test; and that account's RBAC (nothing added) lets the command list the groups it reports."""
+    ns = f"check-{uuid.uuid4().hex[:6]}"
+    docs = render(ns, *values)
+    pod = _check_pod(docs)
+    reconciler = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == RECONCILER)
+    assert pod["metadata"]["annotations"] == {
+        **pod["metadata"]["annotations"],
+        "helm.sh/hook": "test",
+        "helm.sh/hook-delete-policy": "before-hook-creation",
+    }
+    spec, served = pod["spec"], reconciler["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == served["serviceAccountName"] and spec["restartPolicy"] == "Never"
+    (container,) = spec["containers"]
+    assert container["command"] == ["reconciler", "check", "--wait", "60"]
+    assert container["image"] == served["containers"][0]["image"]
+    assert container["env"] == [{"name": "GRS_WATCH_NAMESPACE", "value": _env(reconciler)["GRS_WATCH_NAMESPACE"]}]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"] == served["containers"][0]["securityContext"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["resources"]["limits"]["memory"]
+    assert _hook(pod)  # never part of the release itself
+    if values:
+        return  # the full values' namespaces are not this test's: the defaults' install is run below
+    assert api_request(kube, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}})[0] == 201
+    for doc in docs:
+        if not _hook(doc):
+            apply(kube, doc, ns)
+    token = sa_token(kube, ns, spec["serviceAccountName"])
+    kubeconfig = kube.write_kubeconfig_for(tmp_path / "sa", token=token)
+    environ = {"PATH": os.environ["PATH"], "GRS_KUBECONFIG": str(kubeconfig)}
+    environ |= {e["name"]: e["value"] for e in container["env"]}
+
+    def helm_test() -> subprocess.CompletedProcess[str]:
+        argv = [str(COMMAND), *container["command"][1:2], "--wait", "0"]  # the Pod's command, without the wait
+        return subprocess.run(argv, capture_output=True, text=True, env=environ, timeout=60, check=False)
+
+    done = helm_test()
+    nothing = f"no RunnerGroup in namespace(s) {ns}: create one (docs/runnergroups.md)\n"
+    assert (done.returncode, done.stdout) == (1, nothing), done.stderr
+    assert api_request(kube, "POST", RG.format(ns=ns), group("runners"))[0] == 201
+    write_status(kube, ns, "runners", served_status())
+    done = helm_test()
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert done.stdout.splitlines()[0].startswith(f"{ns}/runners: Gitea ") and token not in done.stdout + done.stderr
