@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from reconciler.decide.gitea_health import poll_failed
+from tests.integration.test_chart_notes import notes
 from tests.integration.test_reconciler import RG, create_group
 from tests.integration.test_reconciler import namespace as new_namespace
 from tests.kube_cluster import KubeCluster, api_request
@@ -122,3 +123,12 @@ def test_check_exits_2_naming_what_the_api_refused_and_never_the_token(
     missing = run(kube, kubeconfig=tmp_path / "absent")
     assert missing.returncode == 2
     assert f"reconciler check: cannot load the Kubernetes configuration ({tmp_path / 'absent'}): " in missing.stderr
+
+
+@pytest.mark.parametrize("sets", [(), ("runnerNamespaces={ci,qa}",), ("rbac.clusterWide=true",)], ids=str)
+def test_the_install_notes_end_with_helm_test_as_the_way_to_see_whether_it_works(
+    kube: KubeCluster, tmp_path: Path, sets: tuple[str, ...]
+) -> None:
+    said = notes(kube, tmp_path / "helm", *sets).rstrip("\n").splitlines()
+    assert said[-1] == "     helm test runners -n ci --logs"
+    assert said[-2].startswith("Whether it works (Gitea reachable and new enough")
