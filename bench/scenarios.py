@@ -336,7 +336,10 @@ async def polling_only(stack: Stack, *, jobs: int, rate: float, interval: float)
     fake = FakeGitea(token="tok")
     runner, gitea_url = await _fake_gitea(fake)
     stack.groups(1, gitea={"url": gitea_url})
-    _, rec_url = stack.reconciler(GRS_POLL_ENABLED="true", GRS_POLL_INTERVAL=str(interval), GRS_POLL_JITTER="0")
+    # this fake is the reconciler's default instance: a group naming another, unnamed Gitea is refused
+    _, rec_url = stack.reconciler(
+        GRS_POLL_ENABLED="true", GRS_POLL_INTERVAL=str(interval), GRS_POLL_JITTER="0", GRS_GITEA_URL=gitea_url
+    )
     await _ready(rec_url)
     watch = JobWatch(stack.kube)
     watch.start()
@@ -363,7 +366,8 @@ async def polling_cost(stack: Stack, *, groups: int, scopes: int, jobs_per_scope
     original = fake._auth
 
     def counting(request: web.Request, endpoint: str) -> web.Response | None:
-        times.append(time.perf_counter())
+        if endpoint.endswith("_jobs"):  # the poll's own requests; a scope's proof lists its runners once
+            times.append(time.perf_counter())
         return original(request, endpoint)
 
     fake._auth = counting  # type: ignore[method-assign]
@@ -378,7 +382,10 @@ async def polling_cost(stack: Stack, *, groups: int, scopes: int, jobs_per_scope
         maxActiveRunners=1,
     )
     interval = 2.0
-    _, rec_url = stack.reconciler(GRS_POLL_ENABLED="true", GRS_POLL_INTERVAL=str(interval), GRS_POLL_JITTER="0")
+    # this fake is the reconciler's default instance: a group naming another, unnamed Gitea is refused
+    _, rec_url = stack.reconciler(
+        GRS_POLL_ENABLED="true", GRS_POLL_INTERVAL=str(interval), GRS_POLL_JITTER="0", GRS_GITEA_URL=gitea_url
+    )
     await _ready(rec_url)
     await asyncio.sleep(interval * (cycles + 1))
     await runner.cleanup()
