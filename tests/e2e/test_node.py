@@ -101,7 +101,8 @@ def test_a_failing_job_fails_the_run_and_the_group_serves_the_next(stack: NodeSt
     assert fixed["conclusion"] == "success"
     # act_runner exits 0 after a job whatever its result: both runner Jobs completed
     wait_for(lambda: not stack.active_runners(ns), timeout=60, what="every runner Job finished")
-    assert all(finished(j) and j["status"].get("succeeded") == 1 for j in stack.runner_jobs(ns))
+    jobs = stack.runner_jobs(ns)
+    assert len(jobs) == 2 and all(finished(j) and j["status"].get("succeeded") == 1 for j in jobs), jobs
 
 
 def test_polling_alone_serves_a_repository_without_webhook(stack: NodeStack) -> None:
@@ -170,33 +171,46 @@ jobs:
 
 def test_a_runner_redis_forgot_keeps_its_job_when_no_webhook_or_poll_can_tell(stack: NodeStack) -> None:
     ns, label = stack.namespace("forgot"), new_label()
-    stack.group(ns, label)
     assert stack.redis is not None
     # Only webhooks (and Gitea's runner list) are left; nothing wakes the reconciler after the flush but
     # its resync timer, set short here.
-    with stack.reconfigured(GRS_POLL_ENABLED="false", GRS_RESYNC_INTERVAL="5"):
-        repo, gate = stack.repo(), stack.gate()
-        run_id = stack.push(repo, LONG.format(label=label, step=gate.step), path=".gitea/workflows/long.yml")
-        stack.wait_job_running(repo, run_id)
-        (job,) = stack.jobs(repo, run_id)
-        wait_for(lambda: stack.recorded(job["id"], "in_progress"), timeout=30, what="the in_progress webhook recorded")
-        # Redis loses everything (a restart without persistence): the `in_progress` that marked the
-        # runner busy too. Past the idle grace the runner looks idle and surplus; Gitea says it is busy.
-        with redis.Redis.from_url(stack.redis.url) as client:
-            client.flushall()
-        wait_for(
-            lambda: stack.metric("grs_runners_kept_busy_total", group=f"{ns}/runners") >= 1,
-            timeout=60,
-            what="the reconciler asked Gitea and kept the runner",
-        )
-        gate.open()
-        run = stack.wait_run(repo, run_id, timeout=120)
-        assert run["conclusion"] == "success", stack.jobs(repo, run_id)
-        assert stack.metric("grs_runners_created_total", group=f"{ns}/runners") == 1, "nothing ran twice"
-    wait_for(lambda: not stack.active_runners(ns), timeout=60, what="the runner Job finished")
-    jobs = stack.runner_jobs(ns)
-    assert all(j["status"].get("succeeded") == 1 for j in jobs), "the runner ran to its end: never deleted mid-job"
+    with RunnerWatch(stack.node, ns) as watch:  # over the whole run: what "never" claims is read from it
+        stack.group(ns, label)
+        with stack.reconfigured(GRS_POLL_ENABLED="false", GRS_RESYNC_INTERVAL="5"):
+            repo, gate = stack.repo(), stack.gate()
+            run_id = stack.push(repo, LONG.format(label=label, step=gate.step), path=".gitea/workflows/long.yml")
+            stack.wait_job_running(repo, run_id)
+            (job,) = stack.jobs(repo, run_id)
+            wait_for(
+                lambda: stack.recorded(job["id"], "in_progress"), timeout=30, what="the in_progress webhook recorded"
+            )
+            # Redis loses everything (a restart without persistence): the `in_progress` that marked the
+            # runner busy too. Past the idle grace the runner looks idle and surplus; Gitea says it is busy.
+            with redis.Redis.from_url(stack.redis.url) as client:
+                client.flushall()
+            wait_for(
+                lambda: stack.metric("grs_runners_kept_busy_total", group=f"{ns}/runners") >= 1,
+                timeout=60,
+                what="the reconciler asked Gitea and kept the runner",
+            )
+            gate.open()
+            run = stack.wait_run(repo, run_id, timeout=120)
+            assert run["conclusion"] == "success", stack.jobs(repo, run_id)
+            assert stack.metric("grs_runners_created_total", group=f"{ns}/runners") == 1, "nothing ran twice"
+        wait_for(lambda: not stack.active_runners(ns), timeout=60, what="the runner Job finished")
+    ran_to_its_end(stack, ns, watch)
     wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
+
+
+def ran_to_its_end(stack: NodeStack, ns: str, watch: RunnerWatch) -> None:
+    """The group's one runner ran to its end: the watch saw one runner Job over the whole run, never deleted
+    before it finished, with one Pod that never restarted; the Job succeeded."""
+    (name,) = watch.of_groups().values()
+    assert name not in watch.deleted_alive, f"runner {name} was deleted mid-job"
+    (pod,) = watch.pods_of[name]
+    assert watch.restarts[pod] == 0, f"runner {name}'s container restarted"
+    assert [j["status"].get("succeeded") for j in stack.runner_jobs(ns)] == [1], "the runner Job succeeded"
+    assert watch.gaps == 0, "the watch saw every change"
 
 
 def test_a_repo_groups_runner_keeps_its_job_when_redis_forgets(stack: NodeStack) -> None:
@@ -206,29 +220,32 @@ def test_a_repo_groups_runner_keeps_its_job_when_redis_forgets(stack: NodeStack)
     in its org, with an org token, are refused since issue 35: RegistrationScopeMismatch.)"""
     ns, label = stack.namespace("repotoken"), new_label()
     repo = stack.repo()
-    stack.group(ns, label, scope="repo", repo=repo, registrationToken=None)
     assert stack.redis is not None
-    with stack.reconfigured(GRS_POLL_ENABLED="false", GRS_RESYNC_INTERVAL="5"):
-        gate = stack.gate()
-        run_id = stack.push(repo, LONG.format(label=label, step=gate.step), path=".gitea/workflows/long.yml")
-        stack.wait_job_running(repo, run_id)
-        (job,) = stack.jobs(repo, run_id)
-        rows = stack.gitea.api("GET", f"/repos/{repo}/actions/runners")["runners"] or []
-        assert [r["id"] for r in rows] == [job["runner_id"]], "a runner of the repository itself"
-        wait_for(lambda: stack.recorded(job["id"], "in_progress"), timeout=30, what="the in_progress webhook recorded")
-        with redis.Redis.from_url(stack.redis.url) as client:
-            client.flushall()
-        wait_for(
-            lambda: stack.metric("grs_runners_kept_busy_total", group=f"{ns}/runners") >= 1,
-            timeout=60,
-            what="the reconciler found the row in the repository, asked Gitea and kept the runner",
-        )
-        gate.open()
-        run = stack.wait_run(repo, run_id, timeout=120)
-        assert run["conclusion"] == "success", stack.jobs(repo, run_id)
-        assert stack.metric("grs_runners_created_total", group=f"{ns}/runners") == 1, "nothing ran twice"
-    wait_for(lambda: not stack.active_runners(ns), timeout=60, what="the runner Job finished")
-    assert all(j["status"].get("succeeded") == 1 for j in stack.runner_jobs(ns)), "never deleted mid-job"
+    with RunnerWatch(stack.node, ns) as watch:  # over the whole run: what "never" claims is read from it
+        stack.group(ns, label, scope="repo", repo=repo, registrationToken=None)
+        with stack.reconfigured(GRS_POLL_ENABLED="false", GRS_RESYNC_INTERVAL="5"):
+            gate = stack.gate()
+            run_id = stack.push(repo, LONG.format(label=label, step=gate.step), path=".gitea/workflows/long.yml")
+            stack.wait_job_running(repo, run_id)
+            (job,) = stack.jobs(repo, run_id)
+            rows = stack.gitea.api("GET", f"/repos/{repo}/actions/runners")["runners"] or []
+            assert [r["id"] for r in rows] == [job["runner_id"]], "a runner of the repository itself"
+            wait_for(
+                lambda: stack.recorded(job["id"], "in_progress"), timeout=30, what="the in_progress webhook recorded"
+            )
+            with redis.Redis.from_url(stack.redis.url) as client:
+                client.flushall()
+            wait_for(
+                lambda: stack.metric("grs_runners_kept_busy_total", group=f"{ns}/runners") >= 1,
+                timeout=60,
+                what="the reconciler found the row in the repository, asked Gitea and kept the runner",
+            )
+            gate.open()
+            run = stack.wait_run(repo, run_id, timeout=120)
+            assert run["conclusion"] == "success", stack.jobs(repo, run_id)
+            assert stack.metric("grs_runners_created_total", group=f"{ns}/runners") == 1, "nothing ran twice"
+        wait_for(lambda: not stack.active_runners(ns), timeout=60, what="the runner Job finished")
+    ran_to_its_end(stack, ns, watch)
     wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
 
 

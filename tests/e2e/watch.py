@@ -2,7 +2,9 @@
 not sample, how many runners were alive at once. TEST HARNESS ONLY.
 
 A runner is alive from its Job's creation until the Job finishes, is deleted, or its Pod terminates
-(act_runner exited; the Job's own Complete condition follows a moment later).
+(act_runner exited; the Job's own Complete condition follows a moment later). What a test claims
+"never" happened (a runner deleted mid-job, its Pod replaced or restarted) is read from what the watch
+saw over the whole run, not from the objects left at its end.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -144,6 +147,11 @@ class RunnerWatch:
         self.registered_ms: dict[str, int] = {}
         self.done_ms: dict[str, int] = {}
         self.for_job: dict[str, int] = {}
+        # Runner Jobs (by name) deleted before they finished and before their Pod terminated: cut mid-run.
+        self.deleted_alive: set[str] = set()
+        # The Pods (uids) seen for each runner Job (by name), and the most restarts each Pod's containers had.
+        self.pods_of: dict[str, set[str]] = {}
+        self.restarts: dict[str, int] = {}
         self.max_alive = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -170,6 +178,21 @@ class RunnerWatch:
         with self._lock:
             return set(self.jobs)
 
+    def of_groups(self) -> dict[str, str]:
+        """Every Job seen that a RunnerGroup made (uid -> name), not the namespace's others (a chart's hooks)."""
+        with self._lock:
+            return {uid: self.names[uid] for uid, group in self.group_of.items() if group}
+
+    def __enter__(self) -> RunnerWatch:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if kind is None:
+            self.stop()
+        else:  # the test's own failure comes first
+            with contextlib.suppress(AssertionError):
+                self.stop()
+
     def _count(self) -> None:
         alive = [uid for uid, up in self.jobs.items() if up and uid not in self.pods_done]
         self.max_alive = max(self.max_alive, len(alive))
@@ -182,6 +205,8 @@ class RunnerWatch:
         uid = meta["uid"]
         new = uid not in self.jobs
         with self._lock:
+            if kind == "DELETED" and self.jobs.get(uid) and uid not in self.pods_done:
+                self.deleted_alive.add(meta["name"])
             self.jobs[uid] = kind != "DELETED" and not finished(job)
             self.names[uid] = meta["name"]
             if kind != "DELETED":
@@ -204,7 +229,10 @@ class RunnerWatch:
         now = int(time.time() * 1000)
         status = pod.get("status") or {}
         inits = [s.get("state") or {} for s in status.get("initContainerStatuses") or []]
+        restarts = [c.get("restartCount", 0) for c in status.get("containerStatuses") or []]
         with self._lock:
+            self.pods_of.setdefault(owner, set()).add(pod["metadata"]["uid"])
+            self.restarts[pod["metadata"]["uid"]] = max([self.restarts.get(pod["metadata"]["uid"], 0), *restarts])
             self.pod_added_ms.setdefault(owner, now)
             if (pod.get("spec") or {}).get("nodeName"):
                 self.scheduled_ms.setdefault(owner, now)
@@ -220,8 +248,61 @@ class RunnerWatch:
                 self._count()
 
     def stop(self) -> None:
-        """Stop watching."""
+        """Stop watching; fail if a stream had stopped before (what it claims after that would be blind)."""
+        if self._stop.is_set():
+            return
+        dead = [stream.path for stream in self._streams if not stream.thread.is_alive()]
         self._stop.set()
         for stream in self._streams:
             stream.close()
             stream.thread.join(timeout=10)
+        assert not dead, f"the watch of {dead} died before it was stopped: what it saw after that is missing"
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    """Whether a Pod has its Ready condition."""
+    conds = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+
+class PodTimeline:
+    """When each Pod of a namespace was first seen, first seen Ready, and first seen on its way out (its
+    deletion begun, or gone), by `time.monotonic()`: the moments of a roll, to set what happened meanwhile
+    against."""
+
+    def __init__(self, cluster: KubeCluster, namespace: str) -> None:
+        self.seen_at: dict[str, float] = {}  # Pod name -> when
+        self.ready_at: dict[str, float] = {}
+        self.going_at: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._stream = _Stream(cluster, f"/api/v1/namespaces/{namespace}/pods", self._pod, self._stop)
+
+    def _pod(self, kind: str, pod: dict[str, Any]) -> None:
+        now, name = time.monotonic(), pod["metadata"]["name"]
+        with self._lock:
+            self.seen_at.setdefault(name, now)
+            if ready(pod) and kind != "DELETED":
+                self.ready_at.setdefault(name, now)
+            if kind == "DELETED" or pod["metadata"].get("deletionTimestamp"):
+                self.going_at.setdefault(name, now)
+
+    def roll(self, old: set[str], new: set[str]) -> tuple[float, float]:
+        """When a roll from the `old` Pods to the `new` began (the first new one seen or old one going, if
+        sooner) and ended (the last new one Ready or old one going, if later)."""
+        with self._lock:
+            for names, moments, what in ((old, self.going_at, "going"), (new, self.ready_at, "Ready")):
+                assert names <= set(moments), f"never seen {what}: {sorted(names - set(moments))}"
+            began = min(min(self.seen_at[n] for n in new), min(self.going_at[n] for n in old))
+            ended = max(max(self.ready_at[n] for n in new), max(self.going_at[n] for n in old))
+        return began, ended
+
+    def __enter__(self) -> PodTimeline:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        dead = not self._stream.thread.is_alive()
+        self._stop.set()
+        self._stream.close()
+        self._stream.thread.join(timeout=10)
+        assert kind is not None or not dead, "the Pod watch died before it was stopped: it missed what came after"
