@@ -7,7 +7,8 @@ held on a gate (a TCP port on the node the test opens only at the end). Then `he
 release, published as users get it (`oci://`, the registry's address and `gitea.url` set): the CRD is brought up
 to date by the chart's hook (this version's status field is served and written), the new reconciler
 takes over, the busy runner keeps running (same Job, same Pod, never restarted), the job succeeds once
-the gate opens, and no second runner was ever started for it.
+the gate opens, and no second runner was ever started for it. The "never"s are read from a watch over
+the namespace's Jobs and Pods for the whole run, not from the objects left at its end.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pytest
 from reconciler.kube.manifests import GROUP_LABEL, JOB_ID_ANNOTATION
 from tests.e2e.helm_release import ROOT, VERSION, chart_stack, helm_home, published
 from tests.e2e.node_stack import NodeStack, start_gitea, wait_for
+from tests.e2e.watch import RunnerWatch
 from tests.kube_cluster import api_request, peer
 from tests.node.cluster import NODE_IP, NodeCluster, image, running_node
 from tests.redis_server import free_port
@@ -105,9 +107,11 @@ def test_an_upgrade_keeps_the_busy_runner_and_serves_the_new_crd(
     registry, chart = published(work, helm_home(work / "helm-home"))
     gitea, token = start_gitea(work)
     gate: socket.socket | None = None
+    watch: RunnerWatch | None = None
     try:
         registry.push(image("previous")[1], "bpg-pw/gitea-runner-scaler", "previous")
         assert api_request(node, "POST", "/api/v1/namespaces", {"metadata": {"name": NS}})[0] == 201
+        watch = RunnerWatch(node, NS)  # every runner Job and Pod of the run, from before the first install
         # The previous release, as its README had users install it (its values: full image references).
         helm("install", RELEASE, str(_previous_chart(work)), "-n", NS, "--wait", "--timeout", "5m",
              "--set", f"image.repository={registry.address}/bpg-pw/gitea-runner-scaler", "--set", "image.tag=previous",
@@ -161,11 +165,25 @@ def test_an_upgrade_keeps_the_busy_runner_and_serves_the_new_crd(
         ids = [j["metadata"]["annotations"].get(JOB_ID_ANNOTATION) for j in _runner_jobs(stack)]
         assert ids == [runner_job["metadata"]["annotations"][JOB_ID_ANNOTATION]], ids
         wait_for(lambda: not stack.runners_with("long"), timeout=60, what="Gitea lists no runner of the group")
+        _never_touched(watch, runner_job, runner_pod)
     finally:
+        if watch is not None:
+            watch.stop()
         if gate is not None:
             gate.close()
         gitea.stop()
         registry.stop()
+
+
+def _never_touched(watch: RunnerWatch, runner_job: dict[str, Any], runner_pod: dict[str, Any]) -> None:
+    """Over the whole run: one runner Job ever (no second runner for the job, however short-lived), never
+    deleted while it ran, one Pod for it (never replaced), whose containers never restarted."""
+    name, pod = runner_job["metadata"]["name"], runner_pod["metadata"]["uid"]
+    assert watch.of_groups() == {runner_job["metadata"]["uid"]: name}, f"runner Jobs seen: {watch.of_groups()}"
+    assert name not in watch.deleted_alive, "the busy runner's Job was deleted while it ran"
+    assert watch.pods_of[name] == {pod}, f"the busy runner's Pods seen: {watch.pods_of[name]}"
+    assert watch.restarts[pod] == 0, f"the busy runner's containers restarted {watch.restarts[pod]} times"
+    assert watch.gaps == 0, "the watch saw every change"
 
 
 def _component(pod: dict[str, Any]) -> str:
