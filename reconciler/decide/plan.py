@@ -13,15 +13,14 @@ the group back: after n failures in a row no runner is started until the last fa
 `min(initial * 2^(n-1), max)` old. The streak is read from the failed runner Jobs themselves (failed
 after the group's last runner that took a job or finished), so every replica sees the same one and
 it survives restarts; a runner that takes a job ends it. One Kubernetes stopped (evicted, preempted,
-its node lost: `Runner.disruption`) neither counts nor ends it. Must not do I/O, sleep, or read the
-clock: `now_ms` is an argument.
+its node lost: `Runner.disruption`) neither counts nor ends it. No I/O, sleep or clock: `now_ms` is given.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from reconciler.decide.phases import ACTIVE, Phase, Runner
 from reconciler.model.spec import RunnerGroupSpec
@@ -36,6 +35,7 @@ class Create:
     queued_ms: int | None = None
     stale_claim: str | None = None  # a claim held by a runner that failed or finished: replace it
     attempt: int = 0  # the attempt of the job the runner will run (names it)
+    about: QueuedJob | None = field(default=None, compare=False)  # that job, as recorded (`attribution`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,11 +284,11 @@ def _wanting(
         if job.job_id in started_for:
             continue
         if job.claimed_by is None:
-            wanting.append(Create(job.job_id, job.queued_ms, attempt=job.generation))
+            wanting.append(Create(job.job_id, job.queued_ms, attempt=job.generation, about=job))
         elif holder is not None and holder.phase is Phase.SUCCEEDED and not _listed_after(job, holder):
             served.append(job)
         elif holder is not None and (holder.phase not in ACTIVE or holder.name in reaped):
-            wanting.append(Create(job.job_id, job.queued_ms, stale_claim=job.claimed_by, attempt=job.generation))
+            wanting.append(Create(job.job_id, job.queued_ms, job.claimed_by, job.generation, job))  # stale claim
         elif holder is None and job.claimed_by not in in_flight:
             served.append(job)
     return wanting, served

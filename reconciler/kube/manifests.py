@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.kube import attribution
 from reconciler.kube.crd import API_VERSION, KIND
 from reconciler.kube.dind import add_dind_sidecar, add_rootless_storage, is_dind, is_rootless_dind
 from reconciler.kube.egress import DIRECT, WRITE_CA, Egress, owned_names
@@ -34,6 +35,7 @@ from reconciler.kube.runner_cache import CONFIG_FILE, WRITE_CONFIG
 from reconciler.model.labels import effective_labels
 from reconciler.model.names import runner_name
 from reconciler.model.spec import RunnerGroupSpec
+from webhook_scaler.store.jobs.model import QueuedJob
 
 GROUP_LABEL = "gitea.bpg.pw/runnergroup-name"
 MANAGED_BY_LABEL = "gitea.bpg.pw/managed-by"
@@ -197,22 +199,22 @@ def build_job(
     runner: str | None = None,
     egress: Egress = DIRECT,
     placement: Placement = UNPINNED,
+    about: QueuedJob | None = None,
 ) -> dict[str, Any]:
-    """The runner Job for one queued Gitea job (`job_id`), or a warm runner (`job_id=None`); its runner
-    registers as `runner` (default: a new name, `names.runner_name`), reaches Gitea by `egress`, runs by `placement`."""
-    labels = {GROUP_LABEL: group.name, MANAGED_BY_LABEL: MANAGED_BY}
+    """The runner Job for one queued Gitea job (`job_id`; `about`: that job as recorded, said in labels and
+    annotations, see `attribution`), or a warm runner (`job_id=None`); its runner registers as `runner`
+    (default: a new name, `names.runner_name`), reaches Gitea by `egress`, runs by `placement`."""
+    told, telling = attribution.of(about, spec.gitea.url) if about is not None else ({}, {})
+    labels = {**told, GROUP_LABEL: group.name, MANAGED_BY_LABEL: MANAGED_BY}
     runner = runner or runner_name(name)
     nodes = placement.of(group.namespace)
     template = _pod_template(spec, name=runner, labels=labels, egress=egress)
     nodes.apply(template["spec"])  # the admin's, over the podTemplate's
     annotations = {TEMPLATE_ANNOTATION: template_hash(spec, egress, nodes), REGISTERED_ANNOTATION: spec.registered_at}
     extra = {RUNNER_ANNOTATION: runner, JOB_ID_ANNOTATION: job_id, QUEUED_AT_ANNOTATION: queued_ms}
-    annotations |= {key: str(value) for key, value in extra.items() if value is not None}
-    job_spec: dict[str, Any] = {
-        "backoffLimit": BACKOFF_LIMIT,
-        "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
-        "template": template,
-    }
+    annotations |= {key: str(value) for key, value in extra.items() if value is not None} | telling
+    job_spec: dict[str, Any] = {"backoffLimit": BACKOFF_LIMIT, "template": template}
+    job_spec["ttlSecondsAfterFinished"] = spec.ttl_seconds_after_finished
     if spec.active_deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
     return {

@@ -305,6 +305,13 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
         job = jobs[0]
         meta, pod = job["metadata"], job["spec"]["template"]["spec"]
         assert meta["labels"][GROUP_LABEL] == "builders"
+        # Which Gitea job it was started for, for cost attribution (`attribution`), on the Job and its Pod
+        told = {"gitea.bpg.pw/owner": "acme", "gitea.bpg.pw/repository": "widgets"}
+        assert (
+            told.items() <= meta["labels"].items()
+            and told.items() <= job["spec"]["template"]["metadata"]["labels"].items()
+        )
+        assert meta["annotations"]["gitea.bpg.pw/repository"] == "acme/widgets"
         assert meta["ownerReferences"][0]["uid"] == rg["metadata"]["uid"]
         assert meta["ownerReferences"][0]["controller"] is True
         assert job["spec"]["ttlSecondsAfterFinished"] == 600

@@ -193,7 +193,7 @@ class Seating:
         if taken != "granted":
             return taken  # nothing was taken
         body = build_job(group.ref, spec, name=name, job_id=c.job_id, queued_ms=c.queued_ms, runner=runner,
-                         egress=self.egress, placement=self.placement)  # fmt: skip
+                         egress=self.egress, placement=self.placement, about=c.about)  # fmt: skip
         file, started = await self._register(group, spec, c, (name, runner), started)
         if file is None:
             return "late"
