@@ -41,6 +41,7 @@ from reconciler.kube.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, RUNNER_ANN
 from tests.e2e import actions
 from tests.e2e.helm_release import ROOT, chart_stack, helm_home, published
 from tests.e2e.node_stack import NodeStack, start_gitea, wait_for, workflow
+from tests.e2e.watch import PodTimeline
 from tests.kube_cluster import api_request, api_text, peer
 from tests.node.cluster import NODE_IP, NodeCluster, image, running_node
 from tests.node.registry import Registry
@@ -292,29 +293,39 @@ def test_a_rotated_webhook_secret_rolls_the_receivers_accepting_both(
     before = {p["metadata"]["name"] for p in release.settled() if "webhook" in p["metadata"]["name"]}
     both = {"metadata": {"name": rotated}, "stringData": {"webhook-secret": f"{new}\n{old}\n"}}
     assert api_request(release.node, "POST", f"/api/v1/namespaces/{NS}/secrets", both)[0] == 201
-    answers: dict[str, list[int | None]] = {"old": [], "new": []}
+    answers: dict[str, list[tuple[float, int | None]]] = {"old": [], "new": []}  # (when, the answer)
     done = threading.Event()
 
     def keep_delivering() -> None:
         while not done.is_set():
-            answers["old"].append(_deliver(stack.receiver_url, old))
-            answers["new"].append(_deliver(stack.receiver_url, new))
-            time.sleep(0.05)
+            for which, secret in (("old", old), ("new", new)):
+                answers[which].append((time.monotonic(), _deliver(stack.receiver_url, secret)))
+            time.sleep(0.05)  # the pace of the deliveries (the load, not a wait for an event)
 
-    sender = threading.Thread(target=keep_delivering)
-    sender.start()
-    try:
-        release.helm("upgrade", RELEASE, *release.chart, "-n", NS, "--reuse-values",
-                     "--set", f"webhook.secret.existingSecret={rotated}", "--wait", "--timeout", "5m")  # fmt: skip
-    finally:
-        done.set()
-        sender.join()
-    after = {p["metadata"]["name"] for p in release.settled() if "webhook" in p["metadata"]["name"]}
+    def old_answered(since: float, until: float = float("inf")) -> list[int | None]:
+        return [a for t, a in list(answers["old"]) if since < t < until]
+
+    with PodTimeline(release.node, NS) as timeline:
+        sender = threading.Thread(target=keep_delivering)
+        sender.start()
+        try:
+            wait_for(lambda: old_answered(0).count(200) >= 3, timeout=30, what="deliveries before the roll")
+            release.helm("upgrade", RELEASE, *release.chart, "-n", NS, "--reuse-values",
+                         "--set", f"webhook.secret.existingSecret={rotated}", "--wait", "--timeout", "5m")  # fmt: skip
+            after = {p["metadata"]["name"] for p in release.settled() if "webhook" in p["metadata"]["name"]}
+            began, ended = timeline.roll(before, after)
+            wait_for(lambda: old_answered(ended).count(200) >= 3, timeout=30, what="deliveries after the roll")
+        finally:
+            done.set()
+            sender.join()
     assert not before & after, "the receivers were not replaced"
-    # Before, during and after the roll Gitea's secret was never refused (an answer was a 2xx, or none at
-    # all from a Pod on its way out); the new one is taken by every receiver once the roll is done.
-    assert {a for a in answers["old"] if a is not None} == {200}, answers["old"]
-    assert answers["old"].count(200) >= 3
+    # The sender ran through the roll: Gitea's secret was taken before it began (before the first new
+    # receiver came and the first old one went), while the receivers were replaced, and after the last new
+    # one was Ready and the last old one went; never refused (an answer was a 2xx, or none at all from a Pod
+    # on its way out). The new one is taken by every receiver once the roll is done.
+    assert {a for _, a in answers["old"] if a is not None} == {200}, answers["old"]
+    phases = {"before": old_answered(0, began), "during": old_answered(began, ended), "after": old_answered(ended)}
+    assert all(p.count(200) >= 3 for p in phases.values()), {k: len(v) for k, v in phases.items()}
     assert [_answer(stack.receiver_url, new) for _ in range(6)] == [200] * 6
     # Gitea moves to the new secret; its deliveries still reach and runs still go green.
     stack.webhook_secret = new
