@@ -440,6 +440,10 @@ def test_the_webhook_the_controller_installs_delivers_and_a_job_goes_green_by_it
         run = stack.wait_run(repo, run_id)
         assert run["conclusion"] == "success", stack.jobs(repo, run_id)
         assert {j["id"] for j in stack.jobs(repo, run_id)} <= stack.delivered_job_ids(), "the webhook told of it"
+        owner, name = repo.split("/")
+        (pod,) = stack.pods(ns)  # the runner's Pod says which job it was started for (cost attribution)
+        told = {"gitea.bpg.pw/owner": owner, "gitea.bpg.pw/repository": name, "gitea.bpg.pw/attempt": "1"}
+        assert told.items() <= pod["metadata"]["labels"].items(), pod["metadata"]["labels"]
         path = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{ns}/runnergroups/runners"
         assert api_request(stack.node, "DELETE", path)[0] == 200
         wait_for(lambda: not stack.gitea.api("GET", f"/repos/{repo}/hooks"), timeout=60, what="the webhook deleted")
