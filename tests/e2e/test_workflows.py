@@ -260,13 +260,17 @@ def test_the_default_runner_image_runs_docker_jobs_on_its_own_rootless_daemon(st
     assert f"docker pull image={images.job}" in log, log[-3000:]
     assert "the job runs as uid 0 in its container" in log and "name=rootless" in log, log[-3000:]
     assert "a container of the job daemon ran" in log, log[-3000:]
-    (runner_job,) = stack.runner_jobs(ns)
-    pod = runner_job["spec"]["template"]["spec"]
-    assert pod["containers"][0]["image"] == image("rootless")[0] == "docker.io/gitea/act_runner:0.2.13-dind-rootless"
-    assert pod["containers"][0]["securityContext"] == {"privileged": True}
-    assert {"name": "dind-rootless-data", "mountPath": "/home/rootless/.local/share"} in pod["containers"][0][
-        "volumeMounts"
-    ]
+    # One runner Job; a runner that ended before it took any job is replaced by the controller, as it
+    # should be (seen once in CI: the stand-in's rootless daemon did not come up, and its act_runner never
+    # called Gitea), so every runner Job there is is held to the spec.
+    runner_jobs = stack.runner_jobs(ns)
+    assert runner_jobs and image("rootless")[0] == "docker.io/gitea/act_runner:0.2.13-dind-rootless"
+    for runner_job in runner_jobs:
+        pod = runner_job["spec"]["template"]["spec"]
+        assert pod["containers"][0]["image"] == image("rootless")[0]
+        assert pod["containers"][0]["securityContext"] == {"privileged": True}
+        mount = {"name": "dind-rootless-data", "mountPath": "/home/rootless/.local/share"}
+        assert mount in pod["containers"][0]["volumeMounts"]
     wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
 
 
