@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from reconciler.kube.api import PermanentError
 from reconciler.kube.objects import GroupObject
-from reconciler.loop.retiring import drain
+from reconciler.loop.retiring import drain, ghosts
 from reconciler.loop.rounds.demand import NONE
 from reconciler.loop.rounds.scheduler import Scheduler
 from reconciler.metrics import Metrics
@@ -52,6 +53,13 @@ class FailingPass:
         raise ValueError("a pass that cannot succeed")
 
 
+class Rows:
+    """The runner rows' memory: the drain forgets a group's when it lets it go."""
+
+    def forget(self, uid: str) -> None:
+        pass
+
+
 class Coordination:
     async def unlock(self, uid: str, *, holder: str) -> None:
         pass
@@ -88,3 +96,27 @@ async def test_a_deleted_group_whose_passes_fail_goes_at_its_deadline(after: flo
     if let_go:
         message = next(m for r, m in kube.events if r == "DrainTimedOut")
         assert "a pass that cannot succeed" in message
+
+
+async def test_a_pass_on_the_caches_stale_copy_of_a_group_let_go_asks_nothing_and_says_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The drain lets a group go (its rows cleared, its finalizer removed, its token forgotten); the cache
+    still shows it, finalizer and all, and the next pass finishes it again before the cache hears it went.
+    That pass is told it is done: no call to Gitea, no DrainAbandoned (its token Secret is gone too, as
+    GitOps deletes both), no second finalizer patch. Seen once on the node, where it failed the test."""
+    cleared: list[str] = []
+
+    async def clear(rows: Any, group: GroupObject, spec: Any) -> list[str]:
+        cleared.append(group.uid)
+        if len(cleared) > 1:
+            raise PermanentError("Secret ci/gitea-runner-tokens not found")
+        return []
+
+    monkeypatch.setattr(ghosts, "clear", clear)
+    kube = Kube()
+    draining = drain.Drain(kube, Rows())  # type: ignore[arg-type]
+    group = deleted()
+    assert await draining.finish(group, spec(), [], now=DELETED_MS / 1000 + 5, drain_timeout=HOUR)
+    assert await draining.finish(group, spec(), [], now=DELETED_MS / 1000 + 6, drain_timeout=HOUR)
+    assert cleared == ["u-1"] and kube.events == [] and len(kube.finalizers) == 1

@@ -22,6 +22,7 @@ first (`vetting`); busy runners run their jobs to the end. Deciding what to dele
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,6 +36,7 @@ from reconciler.model.spec import RunnerGroupSpec
 
 log = logging.getLogger(__name__)
 FINALIZER = "gitea.bpg.pw/runners"
+LET_GO_KEPT_S = 600.0  # how long a group let go is remembered: its cache copy is gone well before
 GONE_AFTER_S = 300.0  # Gitea answering none of a drain's calls this long counts as switched off
 
 
@@ -81,6 +83,9 @@ class Drain:
         self.kube = kube
         self.rows = rows
         self.memos: dict[str, _Memo] = {}  # by group uid
+        # the groups this process let go, and when: until the cache sees one gone, a pass on its stale copy
+        # (finalizer and all) is told it is done, and asks nothing (its token is forgotten by then)
+        self.let_go_at: dict[str, float] = {}
 
     def abandoned(self, group: GroupObject) -> bool:
         """Whether Gitea is asked no more about the deleted group's runners."""
@@ -98,6 +103,8 @@ class Drain:
         are deleted, or once none runs and Gitea is asked no more, or at the deadline (`now`: seconds since
         the epoch; `drain_timeout`: GRS_DRAIN_TIMEOUT). False: look again shortly. GiteaError: Gitea did not
         answer (the pass is retried with backoff)."""
+        if group.uid in self.let_go_at:
+            return True
         memo = self.memos.setdefault(group.uid, _Memo())
         memo.seen = now if memo.seen is None else memo.seen
         deadline = (group.deleted_ms / 1000 if group.deleted_ms else memo.seen) + drain_timeout
@@ -179,3 +186,6 @@ class Drain:
         await let_go(self.kube, group)
         self.memos.pop(group.uid, None)
         self.rows.forget(group.uid)
+        now = time.monotonic()
+        self.let_go_at = {uid: at for uid, at in self.let_go_at.items() if now - at < LET_GO_KEPT_S}
+        self.let_go_at[group.uid] = now
