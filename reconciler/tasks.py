@@ -39,8 +39,9 @@ async def run_together(
     tasks: list[asyncio.Task[None]], *, what: str, also: Callable[[], Iterable[asyncio.Task[object]]] = tuple
 ) -> None:
     """Run tasks that are meant to run until cancelled. The first to end raises (its own error, or a
-    RuntimeError naming it); either way all of them, and the tasks `also` names then, have ended when
-    this returns or raises."""
+    RuntimeError naming it); either way all of them, and every task `also` names, have ended when this
+    returns or raises: `also` is asked again once they ended, since a task that dropped a cancellation
+    (see above) may have started another (a group's pass) before its next one arrived."""
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
@@ -48,3 +49,5 @@ async def run_together(
         raise RuntimeError(f"{what} task {next(iter(done)).get_name()} ended")
     finally:
         await cancel_all([*tasks, *also()])
+        while left := [t for t in also() if not t.done()]:
+            await cancel_all(left)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from reconciler.tasks import cancel_all
+from reconciler.tasks import cancel_all, run_together
 
 
 async def _drops_cancellations(times: int, ended: list[str]) -> None:
@@ -74,3 +74,27 @@ async def test_finished_tasks_are_left_alone_and_their_errors_not_raised() -> No
     await asyncio.sleep(0)
     await cancel_all([failed])
     assert isinstance(failed.exception(), ValueError)
+
+
+async def test_a_task_started_by_one_that_dropped_its_cancellation_is_ended_too() -> None:
+    """The controller's round drops its cancellation (gh-86296) and starts a group's pass before the next
+    one arrives: run_together asks `also` again, so that pass ends before it returns, not after (seen once
+    in CI: "a group pass outlived the controller")."""
+    passes: list[asyncio.Task[None]] = []
+    started = asyncio.Event()
+
+    async def round_() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:  # dropped: the round goes on and starts a pass
+            passes.append(asyncio.create_task(asyncio.sleep(60)))
+            await asyncio.sleep(60)  # ends at the next cancellation
+
+    worker = asyncio.create_task(round_())
+    runner = asyncio.create_task(run_together([worker], what="controller", also=lambda: passes))
+    await started.wait()
+    runner.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(runner, timeout=10)
+    assert passes and all(p.done() for p in passes), "the pass outlived run_together"
