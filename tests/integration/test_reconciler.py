@@ -12,7 +12,7 @@ import io
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 
 from reconciler.gitea.api import GiteaClient
 from reconciler.gitea.register import TIMEOUT_S as REGISTER_TIMEOUT_S
+from reconciler.gitea.register import Registration
 from reconciler.kube.api import Kube, api_client
 from reconciler.kube.egress import DIRECT, Egress
 from reconciler.kube.informers import Informer
@@ -1552,3 +1553,45 @@ async def test_a_namespace_the_admin_pinned_to_its_owners_cannot_serve_another(
     assert job["metadata"]["labels"][GROUP_LABEL] == "mine"
     assert f"spec.repo {theirs}/widgets: namespace {ns} may serve only the Gitea owners" in refused["message"]
     assert "GRS_NAMESPACE_OWNERS" in refused["message"], refused
+
+
+class _SecretGoneOnRegister(FakeRegistrar):
+    """Deletes the group's token Secret while its first runner registers: inside the pass, after its
+    start, before its end (GitOps deleting the Secret the moment the runner shows in Gitea)."""
+
+    def __init__(self, kube: KubeCluster, ns: str) -> None:
+        super().__init__(tokens={REG_TOKEN})
+        self.kube, self.ns, self.gone = kube, ns, False
+
+    async def register(self, url: str, token: str, *, name: str, labels: Sequence[str]) -> Registration:
+        made = await super().register(url, token, name=name, labels=labels)
+        if not self.gone:
+            self.gone = True
+            assert api_request(self.kube, "DELETE", f"/api/v1/namespaces/{self.ns}/secrets/gitea")[0] == 200
+        return made
+
+
+async def test_a_token_secret_deleted_while_the_first_runner_registers_still_drains_the_group(
+    kube: KubeCluster, redis_server: RedisServer, aiohttp_server: MakeServer
+) -> None:
+    """The token is read before a pass registers its first runner, not after: the Secret deleted during
+    that registration (seen on the node, a runner shown in Gitea and GitOps deleting both at once) leaves
+    the drain the token it needs, and no DrainAbandoned."""
+    fake = FakeGitea(token=API_TOKEN)
+    url = str((await aiohttp_server(fake.app())).make_url("")).rstrip("/")
+    ns = namespace(kube)
+    repo = f"acme/{ns}"
+    spec: dict[str, Any] = {"scope": "repo", "repo": repo, "labels": [], "defaultLabels": [], "minIdleRunners": 1}
+    create_group(kube, ns, "gitops", gitea={"url": url}, **spec)
+    path = RG.format(ns=ns) + "/gitops"
+    registrar = _SecretGoneOnRegister(kube, ns)
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, gitea_url=url, registrar=registrar):
+        (job,) = await eventually(lambda: runner_jobs(kube, ns))
+        row = fake.add_runner(runner_of(job), scope=("repo", repo))
+        await eventually(
+            lambda: "gitea.bpg.pw/runners" in (api_request(kube, "GET", path)[1]["metadata"].get("finalizers") or [])
+        )
+        assert registrar.gone
+        assert api_request(kube, "DELETE", path)[0] == 200
+        await eventually(lambda: api_request(kube, "GET", path)[0] == 404, timeout=30)
+    assert events(kube, ns, "DrainAbandoned") == [] and fake.deleted == [row], "asked in Gitea: its row went"
