@@ -82,7 +82,11 @@ class Webhooks:
             else:
                 wanted.setdefault(target_of(scope), (scope, []))[1].append(group)
         for target, (scope, groups) in wanted.items():
-            condition = await self._ensure(target, scope)
+            try:
+                condition = await self._ensure(target, scope)
+            except Exception:  # one scope's answers never stop the webhooks of the others
+                log.exception("managing a webhook failed", extra={"scope": repr(scope)})
+                continue
             for group in groups:
                 self._report(self.state_of(group), condition)
         for target in [t for t in self.installed if t not in wanted]:
