@@ -27,7 +27,7 @@ from reconciler.kube.crd import crd
 from tests.e2e.harness import Gitea, Service, deliveries, our_services
 from tests.e2e.watch import finished
 from tests.kube_cluster import api_request, apply_crd
-from tests.node.cluster import NODE_IP, NodeCluster, image
+from tests.node.cluster import NODE_IP, NODE_NAME, NodeCluster, image
 from tests.node.pki import Pair
 from tests.redis_server import RedisServer, free_port
 
@@ -239,8 +239,13 @@ class NodeStack:
         pods: dict[str, list[str]] = {}
         for pod in self.pods(ns):
             owner = (pod["metadata"].get("labels") or {}).get("job-name", "?")
-            pods.setdefault(owner, []).append(f"{pod['metadata']['name']}={pod['status'].get('phase')}")
-        lines = []
+            status = pod["status"]
+            conditions = [c for c in status.get("conditions") or [] if c["status"] == "False"]
+            why = [f"{c['type']}: {c.get('message') or c.get('reason')}" for c in conditions]
+            pods.setdefault(owner, []).append(f"{pod['metadata']['name']}={status.get('phase')} {why or ''}".strip())
+        node = api_request(self.node, "GET", f"/api/v1/nodes/{NODE_NAME}")[1]
+        taints = [t["key"] for t in (node.get("spec") or {}).get("taints") or []]
+        lines = [f"node {NODE_NAME} taints {taints}"] if taints else []
         for job in self.runner_jobs(ns):
             meta, status = job["metadata"], job.get("status") or {}
             conds = [c["type"] for c in status.get("conditions") or [] if c["status"] == "True"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -34,6 +35,9 @@ NODE_IP = "198.51.100.1"
 POD_CIDR = "198.18.0.0/22"
 SERVICE_CIDR = "198.19.0.0/24"
 BRIDGE = "grs-cni0"
+# What one node's stores take at most (the Helm node test: some 1.3 GiB) with room for the kubelet's
+# eviction floor (configs.kubelet_config) above it.
+NODE_DISK_NEEDED = 3 << 30
 # What makes Pods, each kind's collection in a namespace ({ns}): the drain deletes these before the Pods.
 WORKLOADS = (
     "/apis/apps/v1/namespaces/{ns}/deployments",
@@ -43,6 +47,17 @@ WORKLOADS = (
     "/apis/batch/v1/namespaces/{ns}/cronjobs",
     "/apis/batch/v1/namespaces/{ns}/jobs",
 )
+
+
+def check_disk(workdir: Path) -> None:
+    """A clear error when the disk under `workdir` has too little room for a node: short of it, the
+    kubelet reports DiskPressure, taints the node, and every runner Pod stays Pending without a word."""
+    free = shutil.disk_usage(workdir).free
+    if free < NODE_DISK_NEEDED:
+        raise RuntimeError(
+            f"{workdir} has {free / (1 << 30):.1f} GiB free; a node needs {NODE_DISK_NEEDED >> 30} GiB "
+            "(old runs' folders, such as ${TMPDIR:-/tmp}/grs-ci.* of failed CI runs, may be removed)"
+        )
 
 
 def image(name: str) -> tuple[str, Path]:
@@ -105,6 +120,7 @@ class NodeCluster(KubeCluster):
     def start(self) -> None:
         """Start the control plane and the node; return once the node is Ready and untainted. Waits first
         while another process's node runs on this machine."""
+        check_disk(self.layout.root.parent)
         self._machine = hold_the_machine()
         try:
             self.changes.record()

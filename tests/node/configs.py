@@ -152,11 +152,15 @@ def kubelet_config(layout: Layout, *, ca: Path, cert: Path, key: Path, port: int
             "resolvConf": str(layout.root / "resolv.conf"),
             "maxPods": 300,
             "serializeImagePulls": False,
+            # Absolute floors, not shares: the node's disk is the machine's, often large and mostly
+            # someone else's, and 2% of it free (kubelet's default) is gigabytes the node never needs.
+            # Below a floor the kubelet taints the node and no runner Pod is placed (start() refuses
+            # to begin with less than NODE_DISK_NEEDED free).
             "evictionHard": {
                 "memory.available": "100Mi",
-                "nodefs.available": "2%",
+                "nodefs.available": "512Mi",
                 "nodefs.inodesFree": "2%",
-                "imagefs.available": "2%",
+                "imagefs.available": "512Mi",
             },
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
