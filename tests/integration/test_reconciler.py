@@ -1595,3 +1595,41 @@ async def test_a_token_secret_deleted_while_the_first_runner_registers_still_dra
         assert api_request(kube, "DELETE", path)[0] == 200
         await eventually(lambda: api_request(kube, "GET", path)[0] == 404, timeout=30)
     assert events(kube, ns, "DrainAbandoned") == [] and fake.deleted == [row], "asked in Gitea: its row went"
+
+
+class _GroupGoneOnRegister(FakeRegistrar):
+    """Deletes the group while its first runner registers: inside its first pass, before the pass's end
+    (`kubectl delete` racing a `kubectl apply`, or GitOps pruning a group the moment it syncs it)."""
+
+    def __init__(self, kube: KubeCluster, path: str) -> None:
+        super().__init__(tokens={REG_TOKEN})
+        self.kube, self.path, self.gone = kube, path, False
+
+    async def register(self, url: str, token: str, *, name: str, labels: Sequence[str]) -> Registration:
+        made = await super().register(url, token, name=name, labels=labels)
+        if not self.gone:
+            self.gone = True
+            assert api_request(self.kube, "DELETE", self.path)[0] == 200
+        return made
+
+
+async def test_a_group_deleted_while_its_first_runner_registers_is_held_until_that_runner_is_drained(
+    kube: KubeCluster, redis_server: RedisServer, aiohttp_server: MakeServer
+) -> None:
+    """The group has its finalizer before its first runner registers in Gitea, not after its first pass:
+    deleted during that registration, it stays Terminating until the drain removed the runner's row, where
+    it once vanished at once and left the row in Gitea for good."""
+    fake = FakeGitea(token=API_TOKEN)
+    url = str((await aiohttp_server(fake.app())).make_url("")).rstrip("/")
+    ns = namespace(kube)
+    repo = f"acme/{ns}"
+    spec: dict[str, Any] = {"scope": "repo", "repo": repo, "labels": [], "defaultLabels": [], "minIdleRunners": 1}
+    create_group(kube, ns, "pruned", gitea={"url": url}, **spec)
+    path = RG.format(ns=ns) + "/pruned"
+    registrar = _GroupGoneOnRegister(kube, path)
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, gitea_url=url, registrar=registrar):
+        (job,) = await eventually(lambda: runner_jobs(kube, ns))
+        row = fake.add_runner(runner_of(job), scope=("repo", repo))
+        assert registrar.gone
+        await eventually(lambda: api_request(kube, "GET", path)[0] == 404, timeout=30)
+    assert fake.deleted == [row], "the runner registered for the deleted group left its row in Gitea"

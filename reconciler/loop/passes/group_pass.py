@@ -245,8 +245,8 @@ class GroupPass:
         While creates of an older seat epoch may still land, none: look again when they cannot."""
         if ready.wait_until_ms is not None:
             self.wake_at(state, int(self.clock() * 1000) + max(0, ready.wait_until_ms - ready.now_ms))
-        if creates and not group.deleting:  # its API token at hand for its drain before it has a runner to drain
-            await self.deletions.rows.tokens.remember(group, spec)
+        if creates and not group.deleting and not await self.deletions.hold(group, spec):
+            creates = ()  # no runner before the group has its finalizer (and its token is kept) for the drain
         jobs = self.jobs_of(group)
         taken = state.deleting | self._lingering(group, state)  # not seats alone: see `Seating.name_for`
         names = [self.seating.name_for(group, c, jobs, taken=taken) for c in creates]

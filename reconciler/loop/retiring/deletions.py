@@ -43,6 +43,7 @@ class Deletions:
         self.metrics = metrics
         self.drain = drain.Drain(kube, rows)
         self.recalled: dict[str, float] = {}  # group uid -> when its runners were last looked for (`rows.clock`)
+        self.held: dict[str, str] = {}  # group uid -> the resourceVersion this process gave the finalizer to
 
     async def apply(
         self,
@@ -143,15 +144,29 @@ class Deletions:
         or, deleted, let it go once its runners are done, or at its deadline (see `drain`; `now_ms`: the
         pass's time, ms since the epoch). False: look again shortly (runners or rows not done yet, or a
         write raced ours)."""
+        if not group.deleting:
+            return await self.hold(group, spec)
         try:
-            if not group.deleting:
-                await drain.hold(self.kube, group)
-                await self.rows.tokens.remember(group, spec)
-                return True
             gone = await self.drain.finish(group, spec, jobs, now=now_ms / 1000, drain_timeout=drain_timeout)
-            if gone:
-                self.recalled.pop(group.uid, None)
-            return gone
         except TransientError as exc:  # a write raced ours (409): the next pass reads the group again
             log.info("finalizer not changed yet", extra={"group": group.name, "error": str(exc)})
             return False
+        if gone:
+            self.recalled.pop(group.uid, None)
+            self.held.pop(group.uid, None)
+        return gone
+
+    async def hold(self, group: GroupObject, spec: RunnerGroupSpec) -> bool:
+        """Give the group its finalizer and keep its API token at hand for its drain: before a pass
+        registers a runner (a group deleted without it goes at once, and its runners' rows stay in Gitea
+        for good) and at every pass's end. Once per resourceVersion: the cache shows our write later.
+        False: a write raced ours (409), or the group is being deleted (422); look again shortly."""
+        try:
+            if self.held.get(group.uid) != group.resource_version or not group.resource_version:
+                await drain.hold(self.kube, group)
+                self.held[group.uid] = group.resource_version
+            await self.rows.tokens.remember(group, spec)
+        except TransientError as exc:
+            log.info("finalizer not changed yet", extra={"group": group.name, "error": str(exc)})
+            return False
+        return True
