@@ -24,7 +24,7 @@ def label(name: str) -> str:
     [
         pytest.param("title", PROJECT["name"], id="title"),
         pytest.param("description", PROJECT["description"], id="description"),
-        pytest.param("licenses", PROJECT["license"]["text"], id="licenses"),
+        pytest.param("licenses", PROJECT["license"], id="licenses"),
         pytest.param("version", "${VERSION}", id="version"),
         pytest.param("revision", "${REVISION}", id="revision"),
     ],
