@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import redis
 
-from bench.node import measure
 from reconciler.model.names import job_of_runner
+from tests.bench.node import measure
 from tests.e2e.harness import ADMIN
 from tests.e2e.node_stack import ORG, SECRET, TOKENS, Gate, NodeStack, wait_for, workflow
 from tests.e2e.watch import RunnerWatch, finished
@@ -725,7 +725,7 @@ def test_services_route_and_their_names_resolve_inside_pods(stack: NodeStack) ->
 
 
 def test_the_pickup_benchmark_times_every_job(stack: NodeStack) -> None:
-    got = measure(stack, mode="cold", rounds=1, jobs=2)  # what `python -m bench --only node` runs, small
+    got = measure(stack, mode="cold", rounds=1, jobs=2)  # what `tox -e bench -- --only node` runs, small
     assert len(got.gitea) == 2 and len(got.api) == 2 and len(got.to_pick) == 2, got
     assert all(v >= 0 for v in got.gitea + got.api + got.to_pod)
     assert 1 <= got.max_alive <= 4

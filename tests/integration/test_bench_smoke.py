@@ -25,7 +25,12 @@ SECTIONS = [
 
 def test_benchmarks_smoke_pass() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke"], cwd=ROOT, capture_output=True, text=True, timeout=900, check=False
+        [sys.executable, "-m", "tests.bench", "--smoke"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for section in SECTIONS:

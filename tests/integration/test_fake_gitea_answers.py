@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from bench.stack import SpecDrift, checked
+from tests.bench.stack import SpecDrift, checked
 from tests.fake_gitea import REGISTRATION_TOKEN, STATUS_FILTERS, FakeGitea, served
 from tests.gitea_spec import DATA, EXAMPLES_125, RECORDED, recorded_answers, validator
 

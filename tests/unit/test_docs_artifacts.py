@@ -36,7 +36,7 @@ NOT_OURS = {
     "sandbox.json": "written by tests/e2e/sandbox.sh up",
 }
 
-REPO_PATH = re.compile(r"(?<![\w./$-])((?:\.gitea|\.ci|deploy|docs|tests|reconciler|webhook_scaler|bench)/[\w./*-]*)")
+REPO_PATH = re.compile(r"(?<![\w./$-])((?:\.gitea|\.ci|deploy|docs|tests|reconciler|webhook_scaler)/[\w./*-]*)")
 FILE_NAME = re.compile(r"`([\w.-]+\.(?:ya?ml|py|sh|json|md|txt|toml|ini|tpl))`")
 LINK = re.compile(r"\]\(([^)#\s:]+)(?:#[^)]*)?\)")
 OCI = re.compile(r"oci://([^\s`\"')]+)")

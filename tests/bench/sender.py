@@ -1,4 +1,4 @@
-"""A light concurrent sender, run as its own process: `python -m bench.sender FILE HOST PORT CONCURRENCY [RATE]`.
+"""A light concurrent sender, run as its own process: `python -m tests.bench.sender FILE HOST PORT CONCURRENCY [RATE]`.
 
 Sends the raw HTTP requests in FILE (NUL-separated, pre-built and pre-signed by the bench) over
 CONCURRENCY keep-alive connections, each one request after another (as fast as they go, or RATE per

@@ -29,7 +29,7 @@ from tests.redis_server import RedisServer, free_port, stop_process, wait_port
 
 SECRET = "bench-webhook-secret"
 NS = "bench"
-_TEMPLATE = Path(__file__).resolve().parent.parent / "tests" / "data" / "gitea" / "webhooks" / "01-queued.json"
+_TEMPLATE = Path(__file__).resolve().parents[1] / "data" / "gitea" / "webhooks" / "01-queued.json"
 
 
 class SpecDrift(RuntimeError):

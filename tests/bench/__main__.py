@@ -1,4 +1,4 @@
-"""Benchmarks: `python -m bench` prints each figure next to its target; `--smoke` is CI's short pass.
+"""Benchmarks: `python -m tests.bench` prints each figure next to its target; `--smoke` is CI's short pass.
 
 Everything runs on loopback against the real peers of the test harness: redis-server, kube-apiserver
 + etcd, and our two processes started as users start them. The load comes from this process.
@@ -15,12 +15,12 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from bench import growth as gr
-from bench import scenarios as sc
-from bench.ceiling import create_ceiling
-from bench.node import STAGES, Burst, burst, measure
-from bench.stack import Stack, machine, workdir
 from reconciler.settings import Settings
+from tests.bench import growth as gr
+from tests.bench import scenarios as sc
+from tests.bench.ceiling import create_ceiling
+from tests.bench.node import STAGES, Burst, burst, measure
+from tests.bench.stack import Stack, machine, workdir
 from tests.e2e.docker_mode import Images, docker_spec, privileged, serving_images
 from tests.e2e.node_stack import NodeStack, start_stack
 from tests.node.cluster import NodeCluster, image
@@ -77,7 +77,7 @@ SMOKE = {
 }
 
 Row = tuple[str, str, str, str]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def row(name: str, value: str, target: str = "", ok: bool | None = None) -> Row:
@@ -469,7 +469,7 @@ def print_rows(title: str, rows: list[Row]) -> None:
 
 
 async def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser = argparse.ArgumentParser(prog="python -m tests.bench")
     parser.add_argument("--smoke", action="store_true", help="a short pass that only checks the scripts work")
     parser.add_argument(
         "--only",

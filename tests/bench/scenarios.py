@@ -19,12 +19,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bench.stack import NS, Deliveries, JobWatch, Proc, Stack, checked, metric
+from tests.bench.stack import NS, Deliveries, JobWatch, Proc, Stack, checked, metric
 from tests.fake_gitea import FakeGitea
 from tests.kube_cluster import api_request
 from tests.redis_server import free_port
 
-_ROOT = Path(__file__).resolve().parent.parent
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -79,12 +79,12 @@ def _requests_file(path: Path, url: str, job_ids: Iterable[int], repo: Callable[
 
 
 async def _sender(path: Path, url: str, concurrency: int, rate: float = 0) -> dict[str, Any]:
-    """Run `bench.sender` as a process of its own over the requests in `path` (see there)."""
+    """Run `tests.bench.sender` as a process of its own over the requests in `path` (see there)."""
     host, port = url.split("/")[2].split(":")
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "bench.sender",
+        "tests.bench.sender",
         str(path),
         host,
         port,
@@ -95,7 +95,7 @@ async def _sender(path: Path, url: str, concurrency: int, rate: float = 0) -> di
     )
     out, _ = await proc.communicate()
     if proc.returncode != 0:
-        raise RuntimeError(f"bench.sender exited {proc.returncode}")
+        raise RuntimeError(f"tests.bench.sender exited {proc.returncode}")
     result: dict[str, Any] = json.loads(out)
     return result
 

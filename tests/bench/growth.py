@@ -24,8 +24,8 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from bench.scenarios import _ready, _settled, mean_of
-from bench.stack import SECRET, Deliveries, JobWatch, Proc, Stack, metric
+from tests.bench.scenarios import _ready, _settled, mean_of
+from tests.bench.stack import SECRET, Deliveries, JobWatch, Proc, Stack, metric
 from webhook_scaler import delivery
 from webhook_scaler.store.jobs.model import JobUpdate
 from webhook_scaler.store.jobs.records import JobStore, Outcome
