@@ -171,28 +171,35 @@ jobs:
 
 def test_a_runner_redis_forgot_keeps_its_job_when_no_webhook_or_poll_can_tell(stack: NodeStack) -> None:
     ns, label = stack.namespace("forgot"), new_label()
+    forgotten_and_kept(stack, ns, label, stack.repo(), what="the reconciler asked Gitea and kept the runner")
+
+
+def forgotten_and_kept(stack: NodeStack, ns: str, label: str, pushed: str, *, what: str, **group: Any) -> None:
+    """A group's one runner takes a job held on a gate; Redis then loses everything (a restart without
+    persistence), the `in_progress` that marked the runner busy too. Past the idle grace the runner looks
+    idle and surplus; Gitea says it is busy: the reconciler asks and keeps it, and the job goes green on
+    the one runner. Only webhooks (and Gitea's runner list) are left: nothing wakes the reconciler after
+    the flush but its resync timer, set short here. `pushed`: the repository the job runs in; `group`: the
+    RunnerGroup's spec beyond its label."""
     assert stack.redis is not None
-    # Only webhooks (and Gitea's runner list) are left; nothing wakes the reconciler after the flush but
-    # its resync timer, set short here.
+    repo = pushed
     with RunnerWatch(stack.node, ns) as watch:  # over the whole run: what "never" claims is read from it
-        stack.group(ns, label)
+        stack.group(ns, label, **group)
         with stack.reconfigured(GRS_POLL_ENABLED="false", GRS_RESYNC_INTERVAL="5"):
-            repo, gate = stack.repo(), stack.gate()
+            gate = stack.gate()
             run_id = stack.push(repo, LONG.format(label=label, step=gate.step), path=".gitea/workflows/long.yml")
             stack.wait_job_running(repo, run_id)
             (job,) = stack.jobs(repo, run_id)
+            if group.get("scope") == "repo":
+                rows = stack.gitea.api("GET", f"/repos/{repo}/actions/runners")["runners"] or []
+                assert [r["id"] for r in rows] == [job["runner_id"]], "a runner of the repository itself"
             wait_for(
                 lambda: stack.recorded(job["id"], "in_progress"), timeout=30, what="the in_progress webhook recorded"
             )
-            # Redis loses everything (a restart without persistence): the `in_progress` that marked the
-            # runner busy too. Past the idle grace the runner looks idle and surplus; Gitea says it is busy.
             with redis.Redis.from_url(stack.redis.url) as client:
                 client.flushall()
-            wait_for(
-                lambda: stack.metric("grs_runners_kept_busy_total", group=f"{ns}/runners") >= 1,
-                timeout=60,
-                what="the reconciler asked Gitea and kept the runner",
-            )
+            wait_for(lambda: stack.metric("grs_runners_kept_busy_total", group=f"{ns}/runners") >= 1, timeout=60,
+                     what=what)  # fmt: skip
             gate.open()
             run = stack.wait_run(repo, run_id, timeout=120)
             assert run["conclusion"] == "success", stack.jobs(repo, run_id)
@@ -218,35 +225,11 @@ def test_a_repo_groups_runner_keeps_its_job_when_redis_forgets(stack: NodeStack)
     itself (the registration token fetched for it). Redis forgets the runner is busy; the controller finds
     its row in the repository, asks Gitea and keeps it. (Runners of a repository group that registered
     in its org, with an org token, are refused since issue 35: RegistrationScopeMismatch.)"""
-    ns, label = stack.namespace("repotoken"), new_label()
-    repo = stack.repo()
-    assert stack.redis is not None
-    with RunnerWatch(stack.node, ns) as watch:  # over the whole run: what "never" claims is read from it
-        stack.group(ns, label, scope="repo", repo=repo, registrationToken=None)
-        with stack.reconfigured(GRS_POLL_ENABLED="false", GRS_RESYNC_INTERVAL="5"):
-            gate = stack.gate()
-            run_id = stack.push(repo, LONG.format(label=label, step=gate.step), path=".gitea/workflows/long.yml")
-            stack.wait_job_running(repo, run_id)
-            (job,) = stack.jobs(repo, run_id)
-            rows = stack.gitea.api("GET", f"/repos/{repo}/actions/runners")["runners"] or []
-            assert [r["id"] for r in rows] == [job["runner_id"]], "a runner of the repository itself"
-            wait_for(
-                lambda: stack.recorded(job["id"], "in_progress"), timeout=30, what="the in_progress webhook recorded"
-            )
-            with redis.Redis.from_url(stack.redis.url) as client:
-                client.flushall()
-            wait_for(
-                lambda: stack.metric("grs_runners_kept_busy_total", group=f"{ns}/runners") >= 1,
-                timeout=60,
-                what="the reconciler found the row in the repository, asked Gitea and kept the runner",
-            )
-            gate.open()
-            run = stack.wait_run(repo, run_id, timeout=120)
-            assert run["conclusion"] == "success", stack.jobs(repo, run_id)
-            assert stack.metric("grs_runners_created_total", group=f"{ns}/runners") == 1, "nothing ran twice"
-        wait_for(lambda: not stack.active_runners(ns), timeout=60, what="the runner Job finished")
-    ran_to_its_end(stack, ns, watch)
-    wait_for(lambda: not stack.runners_with(label), timeout=30, what="Gitea lists no runner of the group")
+    ns, label, repo = stack.namespace("repotoken"), new_label(), stack.repo()
+    forgotten_and_kept(
+        stack, ns, label, repo, scope="repo", repo=repo, registrationToken=None,
+        what="the reconciler found the row in the repository, asked Gitea and kept the runner",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

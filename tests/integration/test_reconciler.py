@@ -1555,19 +1555,19 @@ async def test_a_namespace_the_admin_pinned_to_its_owners_cannot_serve_another(
     assert "GRS_NAMESPACE_OWNERS" in refused["message"], refused
 
 
-class _SecretGoneOnRegister(FakeRegistrar):
-    """Deletes the group's token Secret while its first runner registers: inside the pass, after its
-    start, before its end (GitOps deleting the Secret the moment the runner shows in Gitea)."""
+class _DeletesOnFirstRegister(FakeRegistrar):
+    """Deletes an object at `path` while the group's first runner registers: inside the pass, after its
+    start, before its end (GitOps deleting the group, or its token Secret, the moment it syncs them)."""
 
-    def __init__(self, kube: KubeCluster, ns: str) -> None:
+    def __init__(self, kube: KubeCluster, path: str) -> None:
         super().__init__(tokens={REG_TOKEN})
-        self.kube, self.ns, self.gone = kube, ns, False
+        self.kube, self.path, self.gone = kube, path, False
 
     async def register(self, url: str, token: str, *, name: str, labels: Sequence[str]) -> Registration:
         made = await super().register(url, token, name=name, labels=labels)
         if not self.gone:
             self.gone = True
-            assert api_request(self.kube, "DELETE", f"/api/v1/namespaces/{self.ns}/secrets/gitea")[0] == 200
+            assert api_request(self.kube, "DELETE", self.path)[0] == 200
         return made
 
 
@@ -1584,7 +1584,7 @@ async def test_a_token_secret_deleted_while_the_first_runner_registers_still_dra
     spec: dict[str, Any] = {"scope": "repo", "repo": repo, "labels": [], "defaultLabels": [], "minIdleRunners": 1}
     create_group(kube, ns, "gitops", gitea={"url": url}, **spec)
     path = RG.format(ns=ns) + "/gitops"
-    registrar = _SecretGoneOnRegister(kube, ns)
+    registrar = _DeletesOnFirstRegister(kube, f"/api/v1/namespaces/{ns}/secrets/gitea")
     async with running_controller(kube.kubeconfig, redis_server.url, ns, gitea_url=url, registrar=registrar):
         (job,) = await eventually(lambda: runner_jobs(kube, ns))
         row = fake.add_runner(runner_of(job), scope=("repo", repo))
@@ -1595,22 +1595,6 @@ async def test_a_token_secret_deleted_while_the_first_runner_registers_still_dra
         assert api_request(kube, "DELETE", path)[0] == 200
         await eventually(lambda: api_request(kube, "GET", path)[0] == 404, timeout=30)
     assert events(kube, ns, "DrainAbandoned") == [] and fake.deleted == [row], "asked in Gitea: its row went"
-
-
-class _GroupGoneOnRegister(FakeRegistrar):
-    """Deletes the group while its first runner registers: inside its first pass, before the pass's end
-    (`kubectl delete` racing a `kubectl apply`, or GitOps pruning a group the moment it syncs it)."""
-
-    def __init__(self, kube: KubeCluster, path: str) -> None:
-        super().__init__(tokens={REG_TOKEN})
-        self.kube, self.path, self.gone = kube, path, False
-
-    async def register(self, url: str, token: str, *, name: str, labels: Sequence[str]) -> Registration:
-        made = await super().register(url, token, name=name, labels=labels)
-        if not self.gone:
-            self.gone = True
-            assert api_request(self.kube, "DELETE", self.path)[0] == 200
-        return made
 
 
 async def test_a_group_deleted_while_its_first_runner_registers_is_held_until_that_runner_is_drained(
@@ -1626,7 +1610,7 @@ async def test_a_group_deleted_while_its_first_runner_registers_is_held_until_th
     spec: dict[str, Any] = {"scope": "repo", "repo": repo, "labels": [], "defaultLabels": [], "minIdleRunners": 1}
     create_group(kube, ns, "pruned", gitea={"url": url}, **spec)
     path = RG.format(ns=ns) + "/pruned"
-    registrar = _GroupGoneOnRegister(kube, path)
+    registrar = _DeletesOnFirstRegister(kube, path)
     async with running_controller(kube.kubeconfig, redis_server.url, ns, gitea_url=url, registrar=registrar):
         (job,) = await eventually(lambda: runner_jobs(kube, ns))
         row = fake.add_runner(runner_of(job), scope=("repo", repo))
