@@ -1555,6 +1555,20 @@ async def test_a_namespace_the_admin_pinned_to_its_owners_cannot_serve_another(
     assert "GRS_NAMESPACE_OWNERS" in refused["message"], refused
 
 
+async def _one_warm_runner_group(
+    kube: KubeCluster, aiohttp_server: MakeServer, name: str
+) -> tuple[FakeGitea, str, str, str]:
+    """A fake Gitea and a group `name` of one repository keeping one warm runner, in a namespace of its own:
+    (the fake, its URL, the namespace, the repository)."""
+    fake = FakeGitea(token=API_TOKEN)
+    url = str((await aiohttp_server(fake.app())).make_url("")).rstrip("/")
+    ns = namespace(kube)
+    repo = f"acme/{ns}"
+    spec: dict[str, Any] = {"scope": "repo", "repo": repo, "labels": [], "defaultLabels": [], "minIdleRunners": 1}
+    create_group(kube, ns, name, gitea={"url": url}, **spec)
+    return fake, url, ns, repo
+
+
 class _DeletesOnFirstRegister(FakeRegistrar):
     """Deletes an object at `path` while the group's first runner registers: inside the pass, after its
     start, before its end (GitOps deleting the group, or its token Secret, the moment it syncs them)."""
@@ -1577,12 +1591,7 @@ async def test_a_token_secret_deleted_while_the_first_runner_registers_still_dra
     """The token is read before a pass registers its first runner, not after: the Secret deleted during
     that registration (seen on the node, a runner shown in Gitea and GitOps deleting both at once) leaves
     the drain the token it needs, and no DrainAbandoned."""
-    fake = FakeGitea(token=API_TOKEN)
-    url = str((await aiohttp_server(fake.app())).make_url("")).rstrip("/")
-    ns = namespace(kube)
-    repo = f"acme/{ns}"
-    spec: dict[str, Any] = {"scope": "repo", "repo": repo, "labels": [], "defaultLabels": [], "minIdleRunners": 1}
-    create_group(kube, ns, "gitops", gitea={"url": url}, **spec)
+    fake, url, ns, repo = await _one_warm_runner_group(kube, aiohttp_server, "gitops")
     path = RG.format(ns=ns) + "/gitops"
     registrar = _DeletesOnFirstRegister(kube, f"/api/v1/namespaces/{ns}/secrets/gitea")
     async with running_controller(kube.kubeconfig, redis_server.url, ns, gitea_url=url, registrar=registrar):
@@ -1603,12 +1612,7 @@ async def test_a_group_deleted_while_its_first_runner_registers_is_held_until_th
     """The group has its finalizer before its first runner registers in Gitea, not after its first pass:
     deleted during that registration, it stays Terminating until the drain removed the runner's row, where
     it once vanished at once and left the row in Gitea for good."""
-    fake = FakeGitea(token=API_TOKEN)
-    url = str((await aiohttp_server(fake.app())).make_url("")).rstrip("/")
-    ns = namespace(kube)
-    repo = f"acme/{ns}"
-    spec: dict[str, Any] = {"scope": "repo", "repo": repo, "labels": [], "defaultLabels": [], "minIdleRunners": 1}
-    create_group(kube, ns, "pruned", gitea={"url": url}, **spec)
+    fake, url, ns, repo = await _one_warm_runner_group(kube, aiohttp_server, "pruned")
     path = RG.format(ns=ns) + "/pruned"
     registrar = _DeletesOnFirstRegister(kube, path)
     async with running_controller(kube.kubeconfig, redis_server.url, ns, gitea_url=url, registrar=registrar):
