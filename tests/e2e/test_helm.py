@@ -1,19 +1,21 @@
 """The Helm chart as a platform engineer installs it, on a real node, with Gitea outside the cluster.
 
-The release as users get it: deploy/release.sh pushes the chart, as an OCI artifact, to a registry on
-the node that also holds the image and Redis's under their default names, and `helm install oci://...`
-takes the defaults but for that registry's address (and a NodePort, since Gitea is not in the cluster).
-The kubelet pulls every image of the chart from there. The hook Job creates the Secrets, every Pod
-becomes Ready under the chart's own ServiceAccounts and RBAC in a namespace that warns on anything the
-`restricted` Pod Security profile forbids, Redis keeps its data on a PersistentVolume. Gitea delivers
-its webhooks to the receivers through the Service, and workflows go green on runners the installed
-reconciler starts. Then a rotated webhook secret rolls the receivers while both secrets are accepted,
-`helm uninstall` keeps the CRD, the RunnerGroups, the Secrets and Redis's volume, and a second install
-takes them over.
+Installed as the README's quick start has a stranger install it, its commands read from the README
+(tests/readme.py) and run with bash from the repository's root: `deploy/release.sh --registry` builds
+and pushes the image, copies Redis's and the cache's, and pushes the chart, into a registry on the node
+(with a stand-in for Docker: tests/e2e/docker_standin.py); then the namespace, the one token's Secret,
+`helm install oci://...` from that registry (with a NodePort besides, since Gitea is not in the
+cluster), and the RunnerGroup. The kubelet pulls every image of the chart from there. The hook Job
+creates the Secrets, every Pod becomes Ready under the chart's own ServiceAccounts and RBAC in a
+namespace that warns on anything the `restricted` Pod Security profile forbids, Redis keeps its data on
+a PersistentVolume. The README's step 5 workflow goes green. Gitea delivers its webhooks to the
+receivers through the Service, and workflows go green on runners the installed reconciler starts. Then a
+rotated webhook secret rolls the receivers while both secrets are accepted, `helm uninstall` keeps the
+CRD, the RunnerGroups, the Secrets and Redis's volume, and a second install takes them over.
 
 Each test runs its workflows on a RunnerGroup and label of its own, and leaves the release as it found
-it (the rotation upgrades back, the uninstall installs again with the same values): the order they
-run in does not matter.
+it (the rotation upgrades back, the uninstall installs again with the same values): the order they run
+in does not matter.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import hmac
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -38,17 +41,19 @@ import pytest
 import yaml
 
 from reconciler.kube.manifests import GROUP_LABEL, JOB_ID_ANNOTATION, RUNNER_ANNOTATION
+from tests import readme
 from tests.e2e import actions
-from tests.e2e.helm_release import ROOT, chart_stack, helm_home, published
-from tests.e2e.node_stack import NodeStack, start_gitea, wait_for, workflow
+from tests.e2e.helm_release import CHART, ROOT, VERSION, chart_stack, helm_home
+from tests.e2e.node_stack import ORG, NodeStack, start_gitea, wait_for, workflow
 from tests.e2e.watch import PodTimeline
 from tests.kube_cluster import api_request, api_text, peer
 from tests.node.cluster import NODE_IP, NodeCluster, image, running_node
+from tests.node.configs import NODE_REGISTRY_PORT
 from tests.node.registry import Registry
 
 pytestmark = pytest.mark.node  # a node of its own: one node at a time on a machine (the CI lane of `-m node`)
-EXAMPLES = ROOT / "deploy" / "examples"
-RELEASE = "grs"
+QUICKSTART = ROOT / "deploy" / "quickstart"
+RELEASE = "runners"  # the README's
 NS = "ci"
 FULL = f"{RELEASE}-gitea-runner-scaler"
 COMPONENTS = ["reconciler", "redis", "webhook", "webhook"]
@@ -70,7 +75,6 @@ class Release:
     node: NodeCluster
     home: Path
     stack: NodeStack
-    sets: list[str]
     chart: list[str]  # the chart's reference and the flags that go with it
     installs: list[subprocess.CompletedProcess[str]] = field(default_factory=list)
 
@@ -99,11 +103,14 @@ class Release:
             out.append(f"\nevent {event['involvedObject']['name']}: {event['reason']}: {event['message']}")
         return "".join(out)
 
-    def install(self, *, values: Path | None = None) -> subprocess.CompletedProcess[str]:
-        """`helm install` with the image overrides, or with the values of an earlier install (`values()`);
-        Gitea is pointed at the webhook Service's node port, which a new install may change."""
-        args = ["-f", str(values)] if values else [a for s in self.sets for a in ("--set", s)]
-        done = self.helm("install", RELEASE, *self.chart, "-n", NS, *args, "--wait", "--timeout", "5m")
+    def install(self, *, values: Path) -> subprocess.CompletedProcess[str]:
+        """`helm install` with the values of an earlier install (`values()`)."""
+        return self.adopt(self.helm("install", RELEASE, *self.chart, "-n", NS, "-f", str(values), "--wait",
+                                    "--timeout", "5m"))  # fmt: skip
+
+    def adopt(self, done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+        """An install done: kept, and Gitea pointed at the webhook Service's node port, which a new install
+        may change."""
         self.installs.append(done)
         service = self.get(f"/api/v1/namespaces/{NS}/services/{FULL}-webhook")
         self.stack.receiver_url = f"http://{NODE_IP}:{service['spec']['ports'][0]['nodePort']}/webhook"
@@ -162,20 +169,9 @@ def _components(pods: list[dict[str, Any]]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def release(node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
-    """Gitea outside the cluster, storage for Redis's claim, and `helm install` with the image overrides."""
+    """The README's quick start, steps 0 to 4 (`quick_started`), with Gitea outside the cluster and
+    storage for Redis's claim."""
     work = tmp_path_factory.mktemp("helm")
-    namespace = {
-        "metadata": {
-            "name": NS,
-            # As the README's quick start labels it: runner Pods of the default image are privileged.
-            # Everything of the chart's own must meet `restricted` (the API server warns otherwise).
-            "labels": {
-                "pod-security.kubernetes.io/enforce": "privileged",
-                "pod-security.kubernetes.io/warn": "restricted",
-            },
-        }
-    }
-    assert api_request(node, "POST", "/api/v1/namespaces", namespace)[0] == 201
     # What a cluster's storage gives a claim: here a volume on the node, owned by Redis's uid.
     data = work / "redis-data"
     data.mkdir()
@@ -191,19 +187,70 @@ def release(node: NodeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
     }
     assert api_request(node, "POST", "/api/v1/persistentvolumes", volume)[0] == 201
     home = work / "helm-home"
-    registry, chart = published(work, helm_home(home))
-    gitea, token = start_gitea(work)
-    sets = [f"global.imageRegistry={registry.address}", "webhook.service.type=NodePort", f"gitea.url={gitea.url}"]
+    registry = Registry(work / "release-registry", host=NODE_IP, port=NODE_REGISTRY_PORT)
+    registry.start()
+    try:
+        gitea, token = start_gitea(work)
+    except BaseException:
+        registry.stop()
+        raise
     try:
         stack = chart_stack(node, gitea, token)  # the receivers' URL is known once the Service has its node port
-        rel = Release(node=node, home=home, stack=stack, sets=sets, chart=chart)
-        rel.install()
+        owner = yaml.safe_load((CHART / "values.yaml").read_text())["image"]["repository"].split("/")[0]
+        chart = [f"oci://{registry.address}/{owner}/charts/gitea-runner-scaler", "--version", VERSION, "--plain-http"]
+        rel = Release(node=node, home=home, stack=stack, chart=chart)
+        rel.adopt(quick_started(rel, work, registry.address))
         stack.webhook_secret = rel.secret(f"{FULL}-webhook", "webhook-secret")
         stack.set_tokens(NS, registration_token=token, create=True)
         yield rel
     finally:
         gitea.stop()
         registry.stop()
+
+
+def quick_started(release: Release, work: Path, registry: str) -> subprocess.CompletedProcess[str]:
+    """Run the README's quick start commands in turn, as written, with the reader's values (this Gitea, its
+    org, the org owner's token, the registry on the node) and `--plain-http`, as the README says for an
+    HTTP registry. Beyond the README: the namespace also warns of anything of the chart's own that the
+    `restricted` Pod Security profile forbids (runner Pods of the default image are privileged, which the
+    namespace allows), and `helm install` sets a NodePort for Gitea outside the cluster and waits. Returns
+    what `helm install` printed."""
+    bin_dir = work / "bin"
+    bin_dir.mkdir()
+    standin = bin_dir / "docker"
+    standin.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m tests.e2e.docker_standin "$@"\n')
+    standin.chmod(0o755)
+    (bin_dir / "helm").symlink_to(peer("helm"))
+    gitea = release.stack.gitea
+    env = {
+        **os.environ,
+        **helm_home(release.home),
+        "REGISTRY": registry,
+        "GITEA_URL": gitea.url,
+        "GITEA_ORG": ORG,
+        "GITEA_API_TOKEN": gitea.token,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT),
+        "KUBECONFIG": str(release.node.kubeconfig),
+        "DOCKER_STANDIN_STATE": str(work / "docker-standin.json"),
+        "DIST": str(work / "dist"),
+    }
+    commands = readme.quick_start()[0]
+    installed = None
+    for written in commands:
+        n, command = readme.step(written), readme.plain_http(written)
+        if n == 3:
+            command += " --set webhook.service.type=NodePort --wait --timeout 5m"
+        done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, f"step {n}: {command}\n{done.stdout}\n{done.stderr}{release.diagnosis()}"
+        if n == 1:
+            labels = {"metadata": {"labels": {"pod-security.kubernetes.io/warn": "restricted"}}}
+            merge = "application/merge-patch+json"
+            status, body = api_request(release.node, "PATCH", f"/api/v1/namespaces/{NS}", labels, content_type=merge)
+            assert status == 200, body
+        installed = done if n == 3 else installed
+    assert installed is not None and len(commands) == 5, commands
+    return installed
 
 
 @pytest.fixture
@@ -365,45 +412,20 @@ def test_uninstall_keeps_what_users_own_and_a_second_install_takes_it_over(relea
     assert status.get("observedGeneration") == 1
 
 
-QUICK_START = """\
-name: quick start
-on: [push]
-jobs:
-  hello:
-    runs-on: ubuntu-latest
-    steps:
-      - uses: actions/checkout@v4
-      - run: echo "checked out $(head -n1 README.md) in a container of $(. /etc/os-release && echo "$ID")"
-"""
-
-
 @pytest.fixture
 def quick_start(release: Release, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """What the README's quick start has a user do after `helm install`: the Secret of the one API token
-    and the org group of `deploy/examples`, as written but for their placeholders (the Gitea's URL and the token),
-    so on the default runner image and act_runner's default labels. The images those labels name come
-    from the node: `docker.gitea.com` resolves to the node's address (tests/node/configs.py), where a
-    registry serves `runner-images:ubuntu-latest` on port 80, the job image standing in for it.
-    Yields the group's name; afterwards the group and the registry are gone."""
+    """What the README's step 5 needs beyond its group (made by step 4, `quick_started`): the actions it
+    uses, served by Gitea, and the images act_runner's default labels name, which come from the node:
+    `docker.gitea.com` resolves to the node's address (tests/node/configs.py), where a registry serves
+    `runner-images:ubuntu-latest` on port 80, the job image standing in for it. Yields the group's name;
+    afterwards the registry is gone."""
     work, stack = tmp_path_factory.mktemp("quick-start"), release.stack
     actions.publish(stack.gitea, work / "actions", ("checkout",))
     registry = Registry(work / "registry", host=NODE_IP, port=80)
     registry.start()
     try:
         registry.push(image("docker")[1], "runner-images", "ubuntu-latest")
-        secret = yaml.safe_load((EXAMPLES / "secret.yaml").read_text())
-        secret["stringData"] = {"token": stack.gitea.token}  # no registration token: the reconciler fetches it
-        # The quick start creates it (`kubectl create secret generic`): a Secret of its own, not the stack's.
-        status, body = api_request(release.node, "POST", f"/api/v1/namespaces/{NS}/secrets", secret)
-        assert status == 201, body
-        group = yaml.safe_load((EXAMPLES / "runnergroup-org.yaml").read_text())
-        group["spec"]["gitea"]["url"] = stack.gitea.url
-        groups = f"/apis/gitea.bpg.pw/v1alpha1/namespaces/{NS}/runnergroups"
-        status, body = api_request(release.node, "POST", groups, group)
-        assert status == 201, body
-        yield group["metadata"]["name"]
-        api_request(release.node, "DELETE", f"{groups}/{group['metadata']['name']}")
-        wait_for(lambda: not _runner_pods(stack.pods(NS)), timeout=60, what="no runner Pod")
+        yield yaml.safe_load((QUICKSTART / "runnergroup.yaml").read_text())["metadata"]["name"]
     finally:
         registry.stop()
 
@@ -415,21 +437,22 @@ def _runner_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_the_quick_start_as_written_runs_a_default_labelled_job_on_the_default_image(
     release: Release, quick_start: str
 ) -> None:
-    """`runs-on: ubuntu-latest`, served by the example group with nothing changed but its placeholders:
+    """The README's step 5: `deploy/quickstart/hello.yaml` pushed as it is, its `runs-on: ubuntu-latest`
+    served by the group of step 4 (deploy/quickstart/runnergroup.yaml, nothing changed but its placeholders):
     the runner Pod of the default image (privileged, allowed by the namespace's label) runs the job in
     act_runner's default job image, pulled by the runner's own rootless Docker daemon; checkout works
     in it, the run goes green, and Gitea keeps no runner of the group afterwards. As the quick start
     has it, polling only: the repository has no webhook, the reconciler's poll of Gitea finds the job."""
     stack = release.stack
     repo = stack.repo(webhook=False)
-    run_id = stack.push(repo, QUICK_START)
+    run_id = stack.push(repo, (QUICKSTART / "hello.yaml").read_text(), path=".gitea/workflows/hello.yaml")
 
     run = stack.wait_run(repo, run_id, timeout=300)
 
     log = stack.only_log(repo, run_id)
     assert run["conclusion"] == "success", log[-3000:]
     assert "docker pull image=docker.gitea.com/runner-images:ubuntu-latest" in log, log[-3000:]
-    assert f"checked out # {repo.split('/')[1]} in a container of debian" in log, log[-3000:]
+    assert "hello from a runner Job made for this job, in Linux" in log, log[-3000:]
     # One runner Job ran the job: the one whose runner Gitea names. The group may have made another for it
     # only if that one never took it (seen once: a first rootless runner that never came online in Gitea,
     # replaced once a later poll still listed the job queued).
