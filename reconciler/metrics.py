@@ -12,7 +12,7 @@ from reconciler.decide.plan import Plan
 from reconciler.decide.waiting import HELD_IN_GITEA, NO_GROUP
 
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-_WAIT = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+QUEUE_WAIT_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 _RUN = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 10800.0)
 
 # What each metric counts: its HELP text on /metrics.
@@ -157,7 +157,7 @@ class Metrics:
             runners_disabled=_counter(registry, "grs_runners_disabled", "group"),
             creates_refused=_counter(registry, "grs_runner_creates_refused", "group", "reason"),
             gitea_runners_removed=_counter(registry, "grs_gitea_runners_removed", "group", "reason"),
-            queue_wait=_histogram(registry, "grs_job_queue_wait_seconds", "group", buckets=_WAIT),
+            queue_wait=_histogram(registry, "grs_job_queue_wait_seconds", "group", buckets=QUEUE_WAIT_BUCKETS),
             run_seconds=_histogram(registry, "grs_job_run_seconds", "group", buckets=_RUN),
             jobs_completed=_counter(registry, "grs_jobs_completed", "group", "conclusion"),
             runners=_gauge(registry, "grs_runners", "group", "state"),

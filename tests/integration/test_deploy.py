@@ -30,6 +30,7 @@ from reconciler.kube.crd import crd
 from reconciler.kube.placement import Nodes, Placement
 from reconciler.loop.retiring.drain import FINALIZER
 from reconciler.loop.rounds.controller import Controller
+from reconciler.metrics import QUEUE_WAIT_BUCKETS
 from reconciler.settings import Settings as ReconcilerSettings
 from tests.e2e.node_stack import wait_for
 from tests.fake_gitea import FakeGitea
@@ -879,6 +880,10 @@ def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
         "RunnerGroup ci/odd made the controller raise (validate); only that group stopped: a bug to report, with the"
         " reconciler's log"
     )
+    slow = (
+        "Jobs of RunnerGroup ci/slow miss the queue-time objective (90% within 30 s): more than 20% waited longer"
+        " over the last hour and 5 minutes (at its cap? its status says why)"
+    )
     cases = {
         "rule_files": ["rules.yaml"],
         "evaluation_interval": "1m",
@@ -920,6 +925,12 @@ def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
                     {"series": 'grs_reconcile_errors_total{group="ci/blip",kind="transient"}', "values": "0x10 1x30"},
                     # a group whose spec made the controller raise at minute 5
                     {"series": 'grs_group_faults_total{group="ci/odd",stage="validate"}', "values": "0x5 1x35"},
+                    # a group half of whose jobs wait past 30 s (the default objective: 90% within 30 s),
+                    # and one whose jobs all get a runner within it
+                    {"series": 'grs_job_queue_wait_seconds_bucket{group="ci/slow",le="30.0"}', "values": "0+5x40"},
+                    {"series": 'grs_job_queue_wait_seconds_count{group="ci/slow"}', "values": "0+10x40"},
+                    {"series": 'grs_job_queue_wait_seconds_bucket{group="ci/quick",le="30.0"}', "values": "0+10x40"},
+                    {"series": 'grs_job_queue_wait_seconds_count{group="ci/quick"}', "values": "0+10x40"},
                 ],
                 "alert_rule_test": [
                     {
@@ -980,6 +991,7 @@ def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
                         "GiteaRunnerScalerWebhookSignatureFailures",
                         "Webhook deliveries are refused for their signature (wrong secret in Gitea?)",
                     ),
+                    _fires("20m", "GiteaRunnerScalerQueueTimeObjective", slow, group="ci/slow"),
                     {"eval_time": "10m", "alertname": "GiteaRunnerScalerRedisDown", "exp_alerts": []},
                     _fires(
                         "20m",
@@ -999,6 +1011,22 @@ def test_the_alerts_fire_for_what_they_name_promtool(tmp_path: Path) -> None:
     assert promtool, "promtool is missing: tests/setup.sh installs Debian's prometheus package"
     done = subprocess.run([promtool, "test", "rules", "cases.yaml"], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_queue_time_objective_is_set_in_the_values_on_a_bound_of_the_histogram_it_reads(tmp_path: Path) -> None:
+    """The objective's `seconds` are the bounds of grs_job_queue_wait_seconds (the schema refuses others),
+    and the alert reads the bucket of the one set, with the share of jobs it may miss."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    rule_values = schema["properties"]["metrics"]["properties"]["prometheusRule"]["properties"]
+    assert rule_values["queueTime"]["properties"]["seconds"]["enum"] == [int(b) for b in QUEUE_WAIT_BUCKETS]
+    values = tmp_path / "objective.yaml"
+    objective = {"enabled": True, "queueTime": {"seconds": 60, "target": 0.95, "burnRate": 2}}
+    values.write_text(yaml.safe_dump({"metrics": {"prometheusRule": objective}}))
+    (rule,) = [d for d in render("ci", values) if d["kind"] == "PrometheusRule"]
+    (alert,) = [r for g in rule["spec"]["groups"] for r in g["rules"] if r["alert"].endswith("QueueTimeObjective")]
+    assert alert["expr"].count('grs_job_queue_wait_seconds_bucket{le="60.0"}') == 2, alert["expr"]
+    assert alert["expr"].count("> 0.1\n") + alert["expr"].endswith("> 0.1") == 2, alert["expr"]
+    assert "(95% within 60 s)" in alert["annotations"]["summary"]
 
 
 @pytest.mark.parametrize(
