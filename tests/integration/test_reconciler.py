@@ -1573,14 +1573,17 @@ class _DeletesOnFirstRegister(FakeRegistrar):
     """Deletes an object at `path` while the group's first runner registers: inside the pass, after its
     start, before its end (GitOps deleting the group, or its token Secret, the moment it syncs them)."""
 
-    def __init__(self, kube: KubeCluster, path: str) -> None:
+    def __init__(self, kube: KubeCluster, path: str, rows: tuple[FakeGitea, str] | None = None) -> None:
         super().__init__(tokens={REG_TOKEN})
         self.kube, self.path, self.gone = kube, path, False
+        self.rows, self.row = rows, 0  # with `rows` (a fake Gitea, a repository): the row Gitea made, as it does
 
     async def register(self, url: str, token: str, *, name: str, labels: Sequence[str]) -> Registration:
         made = await super().register(url, token, name=name, labels=labels)
         if not self.gone:
             self.gone = True
+            if self.rows is not None:
+                self.row = self.rows[0].add_runner(name, scope=("repo", self.rows[1]))
             assert api_request(self.kube, "DELETE", self.path)[0] == 200
         return made
 
@@ -1614,10 +1617,8 @@ async def test_a_group_deleted_while_its_first_runner_registers_is_held_until_th
     it once vanished at once and left the row in Gitea for good."""
     fake, url, ns, repo = await _one_warm_runner_group(kube, aiohttp_server, "pruned")
     path = RG.format(ns=ns) + "/pruned"
-    registrar = _DeletesOnFirstRegister(kube, path)
+    registrar = _DeletesOnFirstRegister(kube, path, rows=(fake, repo))  # its row in Gitea before the drain
     async with running_controller(kube.kubeconfig, redis_server.url, ns, gitea_url=url, registrar=registrar):
-        (job,) = await eventually(lambda: runner_jobs(kube, ns))
-        row = fake.add_runner(runner_of(job), scope=("repo", repo))
-        assert registrar.gone
+        await eventually(lambda: registrar.gone)
         await eventually(lambda: api_request(kube, "GET", path)[0] == 404, timeout=30)
-    assert fake.deleted == [row], "the runner registered for the deleted group left its row in Gitea"
+    assert registrar.row and fake.deleted == [registrar.row], "the deleted group's runner left its row in Gitea"
