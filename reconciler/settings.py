@@ -177,6 +177,12 @@ class Settings(RedisSettings):
     finish_grace: float = Field(
         30.0, ge=0, description="Seconds a runner may keep running after the job it took is over; then it is deleted."
     )
+    queue_objective: float = Field(
+        30.0,
+        ge=0,
+        description="Seconds a queued job should wait at most for a runner (the queue-time objective): a group "
+        "whose oldest queued job waited longer while at its maxActiveRunners says Starved=True; 0 = off.",
+    )
     runner_backoff_initial: float = Field(
         10.0, gt=0, description="Seconds a group waits after a runner failed before it starts another."
     )

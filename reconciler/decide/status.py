@@ -159,13 +159,13 @@ def desired_status(
     refused: Mapping[str, str] = MappingProxyType({}),
     create_refused: str = "",
     scope: str = "",
+    starved: Condition | None = None,
 ) -> dict[str, Any]:
     """The whole status object for this pass (`error`: a permanent error that stopped the group; `proven`:
-    its `ScopeProven` condition, none before the controller asked; `webhook`: its `WebhookInstalled`, never
-    one that makes it un-Ready: the poll serves the scope without)."""
+    its `ScopeProven`, none before the controller asked; `webhook`, `starved`: never a reason for un-Ready)."""
     reach = gitea or Condition("GiteaReachable", "Unknown", "NotPolledYet", "no poll of Gitea has finished yet")
     health, listed, admitted = _health(backoff, failed), _listed(unlisted, scope), _admitted(refused, create_refused)
-    owned, hooked = (proven,) if proven else (), (webhook,) if webhook else ()
+    owned, hooked = (proven,) if proven else (), tuple(c for c in (webhook, starved) if c)
     stamp, ready = timestamp(now), _ready(spec, invalid, error, (reach, *owned, admitted, listed, health))
     status: dict[str, Any] = {
         "target": spec.target if spec else "",
@@ -179,3 +179,20 @@ def desired_status(
     if check := last_poll or previous.get("lastCheckTime"):
         status["lastCheckTime"] = check
     return status
+
+
+def starved(
+    spec: RunnerGroupSpec, waiting: Mapping[str, int], *, oldest_wait_s: float, objective_s: float
+) -> Condition:
+    """`Starved`: True while the group's oldest queued job has waited past the queue-time objective and
+    jobs wait for its `maxActiveRunners`; never a reason for `Ready=False` (the group works, at its cap)."""
+    capped = waiting.get("maxActiveRunners", 0)
+    if capped and oldest_wait_s > objective_s:
+        return Condition(
+            "Starved", "True", "AtMaxActiveRunners",
+            f"the oldest queued job has waited {oldest_wait_s:.0f} s, past the queue-time objective "
+            f"({objective_s:g} s), while {capped} job(s) wait for the group's maxActiveRunners "
+            f"({spec.max_active_runners}): raise it, or split the group",
+        )  # fmt: skip
+    why = "within the queue-time objective" if oldest_wait_s <= objective_s else "no job waits for the cap"
+    return Condition("Starved", "False", "WithinObjective" if oldest_wait_s <= objective_s else "NotAtCap", why)

@@ -295,7 +295,8 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
     await queue(redis, 13, labels=["gpu"])  # no group has gpu
     await queue(redis, 14, labels=["k8s"], repo="someone-else/repo")  # outside the org
     await JobStore(redis).record(JobUpdate.from_payload(model("waiting", job_id=15, labels=["k8s"])))  # on needs:
-    async with running_controller(kube.kubeconfig, redis_server.url, ns) as controller:
+    # A queue-time objective of 1 s: the jobs that wait for the cap below soon wait past it.
+    async with running_controller(kube.kubeconfig, redis_server.url, ns, queue_objective=1) as controller:
         jobs = await eventually(lambda: (j := runner_jobs(kube, ns)) and len(j) >= 2 and j)
         await passes(controller)
         jobs = runner_jobs(kube, ns)
@@ -358,6 +359,13 @@ async def test_one_runner_per_queued_matching_job_with_the_right_spec(
         await eventually(
             lambda: {k: n for k, n in group_status(kube, ns, "builders")["waitingJobs"].items() if n} == waits
         )
+        # Past the objective, at its cap: Starved says so and names the cap; the group stays Ready.
+        status = await eventually(
+            lambda: (s := group_status(kube, ns, "builders"))["conditions"]["Starved"]["status"] == "True" and s
+        )
+        starved = status["conditions"]["Starved"]
+        assert starved["reason"] == "AtMaxActiveRunners" and "maxActiveRunners (3)" in starved["message"], starved
+        assert status["conditions"]["Ready"]["status"] == "True"
         gauge = controller.metrics.waiting_jobs
         assert {r: gauge.labels(group=f"{ns}/builders", reason=r)._value.get() for r in waits} == waits
         assert gauge.labels(group="", reason="noMatchingGroup")._value.get() == 2

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 from reconciler.decide.phases import Phase, Runner, classify
 from reconciler.decide.plan import Create, Plan, plan
-from reconciler.decide.status import desired_status
+from reconciler.decide.status import desired_status, starved
 from reconciler.decide.waiting import believed, waiting
 from reconciler.kube.api import Kube, TransientError
 from reconciler.kube.egress import DIRECT, Egress
@@ -153,7 +153,7 @@ class GroupPass:
         created, refusal = await self._creates(group, spec, creates, ready, label, state=state)
         await self._tend(group, decided, runners, state, label)
         waits = self._gauges(group, spec, decided, runners, (created, len(ready.in_flight), refusal is not None))
-        await self._write_status(group, spec, decided, state, waits)
+        await self._write_status(group, spec, decided, state, waits, min((q.queued_ms for q in still), default=None))
         if refusal is not None:
             raise refusal  # the scheduler's backoff tries again
         if not await self.deletions.hold_or_finish(group, spec, jobs, now_ms, self.settings.drain_timeout):
@@ -167,15 +167,9 @@ class GroupPass:
         return frozenset(n for n in held - names if self.pods_by_job.get((group.namespace, n)))
 
     def _plan(
-        self,
-        spec: RunnerGroupSpec,
-        queued: list[QueuedJob],
-        total: int,
-        runners: list[Runner],
-        in_flight: frozenset[str],
-        now_ms: int,
-        of: tuple[GroupObject, GroupState],
-    ) -> Plan:
+        self, spec: RunnerGroupSpec, queued: list[QueuedJob], total: int, runners: list[Runner],
+        in_flight: frozenset[str], now_ms: int, of: tuple[GroupObject, GroupState],
+    ) -> Plan:  # fmt: skip
         group, state = of
         polled = self.settings.poll_enabled and (state.gitea is None or state.gitea.status == "True")
         return plan(
@@ -210,8 +204,13 @@ class GroupPass:
         return waits
 
     async def _write_status(
-        self, group: GroupObject, spec: RunnerGroupSpec, decided: Plan, state: GroupState, waits: dict[str, int]
-    ) -> None:
+        self, group: GroupObject, spec: RunnerGroupSpec, decided: Plan, state: GroupState, waits: dict[str, int],
+        oldest_ms: int | None,
+    ) -> None:  # fmt: skip
+        """Write the group's status; `oldest_ms`: when its oldest queued job was queued (None: none is)."""
+        age = self.clock() - oldest_ms / 1000 if oldest_ms is not None else 0.0
+        objective = self.settings.queue_objective
+        hungry = starved(spec, waits, oldest_wait_s=age, objective_s=objective) if objective else None
         status = desired_status(
             generation=group.generation,
             previous=group.status,
@@ -227,6 +226,7 @@ class GroupPass:
             refused=state.refused,
             create_refused=state.create_refused,
             scope=f"{spec.scope} {spec.target}".strip(),
+            starved=hungry,
         )
         await self.reports.write_status(group, status, state, wake_at=self.wake_at, now=self.clock())
 
