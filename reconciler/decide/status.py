@@ -194,5 +194,6 @@ def starved(
             f"({objective_s:g} s), while {capped} job(s) wait for the group's maxActiveRunners "
             f"({spec.max_active_runners}): raise it, or split the group",
         )  # fmt: skip
-    why = "within the queue-time objective" if oldest_wait_s <= objective_s else "no job waits for the cap"
-    return Condition("Starved", "False", "WithinObjective" if oldest_wait_s <= objective_s else "NotAtCap", why)
+    if oldest_wait_s <= objective_s:
+        return Condition("Starved", "False", "WithinObjective", "within the queue-time objective")
+    return Condition("Starved", "False", "NotAtCap", "no job waits for the cap")
