@@ -408,12 +408,13 @@ class Rig:
         await self._deliver("in_progress", job["id"])
         await asyncio.sleep(self.rng.uniform(0.3, 1.5))  # the job's steps
         job.update(status="completed", conclusion="success", completed_at=_now())
+        # recorded with Gitea's completion, which `all_done` waits for: not after the Job's, which it does not
+        self.ran.setdefault(job["id"], []).append(name)
         if row["ephemeral"]:  # Gitea deletes the row in the UpdateTask that finishes the job: no name to look up
             self.gitea.runners.pop(row["id"], None)
             job.pop("runner_name", None)
         await self._deliver("completed", job["id"])
         await asyncio.to_thread(complete_job, self.kube, self.ns, name)  # act_runner exited 0
-        self.ran.setdefault(job["id"], []).append(name)
 
     # -- waiting and the tally -------------------------------------------------------------------------
 
