@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
+from collections.abc import Iterable
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _KEYED = 16  # a runner name's tag with its group's key: 8 hex digits of the key, 8 random
@@ -50,6 +51,24 @@ def runner_retry(name: str, *, job_id: int, attempt: int) -> int | None:
     if m is None or int(m["job"]) != job_id or int(m["attempt"]) != attempt:
         return None
     return int(m["retry"] or 0)
+
+
+def next_runner_name(group: str, job_id: int | None, *, attempt: int, before: Iterable[str], random_hex: str) -> str:
+    """A new runner Job's name: fixed by (job, attempt) and how many runners for it came `before` (the
+    names of its group's Jobs, a stale claim's holder, Jobs deleted whose Pods are still going), so a
+    name does not come back while the Pod of an earlier runner is left. A seat alone is no reason to
+    avoid a name: a create in flight holds one, and its name must stay the same, so that a second
+    create of it gets a 409 (the claim's backstop, see `coordination`). Warm runners take `random_hex`."""
+    if job_id is None:
+        return job_name(group, runner_suffix(None, random_hex=random_hex))
+    seen = [t for t in (runner_retry(n, job_id=job_id, attempt=attempt) for n in before) if t is not None]
+    return job_name(group, runner_suffix(job_id, attempt=attempt, retry=max(seen) + 1 if seen else 0))
+
+
+def runner_job(name: str) -> int | None:
+    """The Gitea job the runner Job called `name` was made for (None: a warm runner's)."""
+    m = _JOB_SUFFIX.search(name)
+    return None if m is None else int(m["job"])
 
 
 def runner_name(job: str, tag: str | None = None, *, group: str = "") -> str:

@@ -13,7 +13,8 @@ from tests.jobs import claim, model, stored
 from webhook_scaler.store.jobs.model import ALL, JobUpdate, Scope
 from webhook_scaler.store.jobs.records import JobStore, Outcome, Ttls
 from webhook_scaler.store.keys import text
-from webhook_scaler.store.seats.coordination import Activity, Coordination
+from webhook_scaler.store.seats.coordination import Coordination
+from webhook_scaler.store.seats.model import Activity
 
 
 def upd(status: str, **kw: Any) -> JobUpdate:

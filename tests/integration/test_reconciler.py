@@ -1085,13 +1085,14 @@ async def test_a_create_the_api_server_turns_down_for_quota_frees_its_seat_at_on
     assert runner_jobs(kube, ns) == []
 
 
-@pytest.mark.parametrize("taker_alive", [False, True])
+@pytest.mark.parametrize("taker", ["killed-and-restarted", "paused", "alive"])
 async def test_the_seat_of_a_replica_killed_before_its_create_is_free_within_seconds(
-    kube: KubeCluster, redis_server: RedisServer, redis: Redis, taker_alive: bool
+    kube: KubeCluster, redis_server: RedisServer, redis: Redis, taker: str
 ) -> None:
     """A replica killed between taking a seat and sending its create strands the seat: freed once the
-    taker's heartbeat lapsed and the API server says the Job does not exist, within seconds, not the
-    90 s kept for creates that may still land; a seat whose taker lives on is kept."""
+    taker's heartbeat lapsed, its Pod runs a later process, and the API server says the Job does not
+    exist, within seconds, not the 90 s kept for creates that may still land. A seat whose taker lives
+    on is kept, and so is one whose taker is only silent (paused: its create may land when it resumes)."""
     ns = namespace(kube)
     body = create_group(
         kube, ns, "one", scope="repo", repo=f"acme/{ns}", labels=[], defaultLabels=[], maxActiveRunners=1
@@ -1105,12 +1106,14 @@ async def test_the_seat_of_a_replica_killed_before_its_create_is_free_within_sec
         taken = await coordination.take(uid, "one-ghost", maximum=1, epoch=epoch.id, taker="killed/0")
         assert taken == "granted"
         await redis.zadd(seats, {"one-ghost": epoch.now_ms - (ABANDONED_AFTER_S + 5) * 1000}, xx=True)
-        if not taker_alive:
+        if taker != "alive":
             await redis.delete(coordination.keys.alive("killed/0"))  # its heartbeat lapsed
+        if taker == "killed-and-restarted":
+            await coordination.heartbeat("killed/1")
         await queue(redis, 95, labels=[], repo=f"acme/{ns}")
-        if taker_alive:
+        if taker != "killed-and-restarted":
             await passes(controller, count=3)
-            assert await seated(redis, seats) == ["one-ghost"], "a live taker's create may still land"
+            assert await seated(redis, seats) == ["one-ghost"], "the taker's create may still land"
             assert runner_jobs(kube, ns) == []
             return
         (job,) = await eventually(lambda: runner_jobs(kube, ns), timeout=10)

@@ -25,6 +25,7 @@ from webhook_scaler.store.client import connect, store_client
 from webhook_scaler.store.jobs.model import ALL, JobUpdate, Scope
 from webhook_scaler.store.jobs.records import JobStore, Outcome
 from webhook_scaler.store.seats.coordination import SEATS_IDLE_TTL_S, Coordination
+from webhook_scaler.store.seats.model import Abandoned
 
 Client = Redis | RedisCluster
 
@@ -109,17 +110,25 @@ async def test_seats_cap_a_group_and_follow_their_epoch(client: Client) -> None:
     assert begun.activity is not None and begun.activity.queued == {7}
     assert not (await coordination.begin("g", lease=("q", 60_000), epoch=epoch.id)).leased  # p has the lease
     assert (
-        await coordination.take("g", "for-job-7", maximum=3, epoch="e1", taker="t", job_id=7, claim_ttl_ms=60_000)
+        await coordination.take("g", "for-job-7", maximum=3, epoch="e1", taker="r/1", job_id=7, claim_ttl_ms=60_000)
         == "granted"
     )
     assert (
-        await coordination.take("g", "for-job-7-r1", maximum=3, epoch="e1", taker="t", job_id=7, claim_ttl_ms=60_000)
+        await coordination.take("g", "for-job-7-r1", maximum=3, epoch="e1", taker="r/1", job_id=7, claim_ttl_ms=60_000)
         == "claimed"
     )
-    # every take renewed its taker's heartbeat; a seat whose taker's heartbeat lapsed is abandoned
-    assert await coordination.abandoned("g", ["for-job-7", "unknown"]) == []
-    await client.delete(coordination.keys.alive("t"))
-    assert await coordination.abandoned("g", ["for-job-7", "unknown"]) == ["for-job-7"]
+    # every take renewed its taker's heartbeat; a seat whose taker's heartbeat lapsed is abandoned: silent
+    # while nothing tells its taker is dead, dead once a later process of its replica beats
+    assert await coordination.abandoned("g", ["for-job-7", "unknown"]) == Abandoned([], [])
+    await coordination.heartbeat("r/1")
+    await client.delete(coordination.keys.alive("r/1"))
+    assert await coordination.abandoned("g", ["for-job-7", "unknown"]) == Abandoned([], ["for-job-7"])
+    await coordination.heartbeat("r/2")
+    assert await coordination.abandoned("g", ["for-job-7", "unknown"]) == Abandoned(["for-job-7"], [])
+    await coordination.release_all([(7, "another-holder")])
+    assert await client.exists(coordination.keys.claim(7)), "only its holder's release lets a claim go"
+    await coordination.release_all([(7, "for-job-7")])
+    assert not await client.exists(coordination.keys.claim(7))
 
 
 async def test_activity_reads_runners_and_jobs_in_one_snapshot(client: Client) -> None:

@@ -82,8 +82,9 @@ async def test_a_seat_taken_again_while_it_is_reclaimed_stays_taken(
     now = (await coordination.epoch(new_id="unused")).now_ms
     await redis.zadd(coordination.keys.seats(GROUP.uid), {"builders-7-0": now - int(age_s * 1000)}, xx=True)
     await redis.delete(coordination.keys.claim(7))  # A's claim lapsed
-    if taker_dead:
+    if taker_dead:  # killed, and its Pod's container runs a new process: A's is gone for sure
         await redis.delete(coordination.keys.alive("replica-a/1"))
+        await coordination.heartbeat("replica-a/2")
 
     async def replica_c_takes_the_job_again() -> None:
         assert await take_job_7("replica-c/1") == "granted"
@@ -129,13 +130,18 @@ class CreatingKube:
 
     def __init__(self) -> None:
         self.created: list[str] = []
+        self.sending: Callable[[], Awaitable[None]] = _nothing  # runs as a create is on its way
 
     async def secret_value(self, namespace: str, name: str, key: str) -> str:
         return TOKEN
 
-    async def create_job(self, body: dict[str, Any]) -> str:
-        self.created.append(body["metadata"]["name"])
-        return f"uid-{body['metadata']['name']}"
+    async def create_job(self, body: dict[str, Any]) -> str | None:
+        await self.sending()
+        name = body["metadata"]["name"]
+        if name in self.created:
+            return None  # 409: there is one of that name
+        self.created.append(name)
+        return f"uid-{name}"
 
     async def create_secret(self, body: dict[str, Any]) -> str:
         return "uid-secret"
@@ -245,3 +251,51 @@ async def test_a_replica_never_gives_back_or_creates_on_a_seat_another_replica_t
     assert await a.coordination.redis.get(a.coordination.keys.claim(7)) == b"builders-7-0", "C's claim"
     third = await a.coordination.take(GROUP.uid, "builders-9-0", maximum=1, epoch=a.epoch, taker="b/1")
     assert third == "full", "a second runner Job for a cap of 1"
+
+
+@pytest.mark.parametrize("restarted", [False, True], ids=["paused", "killed-and-restarted"])
+async def test_a_replica_paused_between_its_deadline_and_its_create_never_lifts_the_cap(
+    replica_a: ReplicaA, restarted: bool
+) -> None:
+    """Replica A took the seat of job 7 (cap 1), passed its create deadline check, and stopped right there
+    (SIGSTOP, a frozen VM) for longer than a heartbeat lives. Replica B's pass cannot tell it from a dead
+    replica by its heartbeat: it keeps A's seat, so nothing else may start, and releases A's claim, so
+    job 7 is taken again under the same Job name, in the same seat. When A resumes, its create and B's
+    are one Job. A replica whose Pod runs a later process is dead for sure: its seat is freed."""
+    a = replica_a
+    b_kube = Kube404(_nothing)
+    b = Seating(a.coordination, cast(Kube, b_kube), cast(Registrations, None), claim_ttl_s=600, replica="replica-b")
+    seats = a.coordination.keys.seats(GROUP.uid)
+    seen: dict[str, object] = {}
+
+    async def paused_while_b_passes() -> None:
+        a.kube.sending = _nothing
+        now = (await a.coordination.epoch(new_id="unused")).now_ms
+        await a.coordination.redis.zadd(seats, {"builders-7-0": now - int((ABANDONED_AFTER_S + 5) * 1000)}, xx=True)
+        await a.coordination.redis.delete(a.coordination.keys.alive(a.seating.taker))  # its heartbeat lapsed
+        if restarted:
+            await a.coordination.heartbeat("replica-a/later")
+        ready = await b.prepare(GROUP, spec(maxActiveRunners=1), [], GroupState(epoch=a.epoch), lease=None,
+                                runners=[], queued=[7])  # fmt: skip
+        assert ready is not None
+        seen["in_flight"] = ready[0].in_flight
+        await queued(a.coordination.redis, 9)
+        seen["job 9"] = await b.coordination.take(
+            GROUP.uid, "builders-9-0", maximum=1, epoch=a.epoch, taker=b.taker, job_id=9, claim_ttl_ms=30_000
+        )
+        seen["job 7"] = await b.coordination.take(
+            GROUP.uid, "builders-7-0", maximum=1, epoch=a.epoch, taker=b.taker, job_id=7, claim_ttl_ms=30_000
+        )
+
+    a.kube.sending = paused_while_b_passes
+    assert await a.create() == "created"  # A resumed: its create lands
+    if restarted:
+        assert b_kube.asked == ["builders-7-0"] and seen["job 9"] == "granted", seen
+        return  # (A's create cannot land here: a killed process's request dies with its connection)
+    assert seen["job 9"] == "full", f"a second runner for a cap of 1 while A's create may land: {seen}"
+    assert b_kube.asked == [], "a silent taker's seat is not reclaimed"
+    assert seen["job 7"] == "granted", f"job 7 is taken again, in A's seat: {seen}"
+    assert seen["in_flight"] == frozenset(), "B's plan sees job 7 wanting its runner, not served by A's seat"
+    assert a.kube.created == ["builders-7-0"]
+    assert await held(a) == ["builders-7-0"]
+    assert await a.coordination.take(GROUP.uid, "builders-9-0", maximum=1, epoch=a.epoch, taker="c/1") == "full"

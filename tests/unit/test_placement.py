@@ -16,7 +16,7 @@ from reconciler.kube.placement import Nodes, Placement
 from reconciler.loop.passes.group_pass import GroupPass
 from reconciler.settings import Settings
 from tests.groups import spec
-from webhook_scaler.store.seats.coordination import Activity
+from webhook_scaler.store.seats.model import Activity
 
 GROUP = GroupObject("team-a", "builders", "uid-1", 1, {}, {})
 TAINT = {"key": "dedicated", "operator": "Equal", "value": "team-a", "effect": "NoExecute"}

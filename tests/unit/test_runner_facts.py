@@ -16,7 +16,7 @@ from reconciler.decide.phases import Phase
 from reconciler.kube.objects import GroupObject, JobObject, PodObject
 from reconciler.loop.passes.group_pass import FACT_SKEW_MS, GroupPass
 from reconciler.settings import Settings
-from webhook_scaler.store.seats.coordination import Activity
+from webhook_scaler.store.seats.model import Activity
 
 GROUP = GroupObject("ci", "builders", "uid-1", 1, {}, {})
 CREATED_MS = 1_800_000_000_000

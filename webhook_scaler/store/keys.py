@@ -23,6 +23,7 @@ that touches several is legal there.
 | `{p}:epoch`                      | string | `{id}:{start ms}` of the seats' current epoch        | never             |
 | `{p}:taker:{group_uid}:{name}`   | string | the replica process that took a runner Job's seat    | reclaim bound     |
 | `{p}:alive:{process}`            | string | a reconciler process is alive (its heartbeat)        | liveness TTL      |
+| `{p}:incarnation:{replica}`      | string | the latest process of a replica (its Pod's name)     | liveness TTL      |
 
 Each key above `{p}:events`, and `observed`, `busy`, `done`, `claim` and `runner`, is one Gitea instance's: for an
 instance the admin names (`GRS_GITEA_INSTANCES`) it is under `{p}:i:{name}:` (`{p}:i:{name}:job:{job_id}`).
@@ -90,6 +91,10 @@ class Keys:
     def alive(self, process: str) -> str:
         """A reconciler process's heartbeat."""
         return f"{self.p}:alive:{process}"
+
+    def incarnation(self, replica: str) -> str:
+        """The latest process of a reconciler replica (a Pod: one process at a time)."""
+        return f"{self.p}:incarnation:{replica}"
 
     def seats(self, group_uid: str) -> str:
         """One group's seats."""

@@ -1,9 +1,8 @@
 """One group's pass: read its runners and Gitea's word on them, plan, apply the plan, report.
 
-Owns: classifying the group's runner Jobs, the seats a pass starts from (`seating`), deleting and
-creating runners as the plan says (deletions vetted by Gitea first, see `vetting`), the
-reports and protections that follow (`disruption`, `admission`), the group's metrics and its status
-write. The decisions are `plan`'s; scheduling passes is `controller`'s.
+Owns: classifying the group's runner Jobs, the seats a pass starts from (`seating`), deleting and creating runners as
+the plan says (deletions vetted by Gitea first, `vetting`), the reports and protections that follow (`disruption`,
+`admission`), the group's metrics and its status write. The decisions are `plan`'s, the passes' order `controller`'s.
 """
 
 from __future__ import annotations
@@ -35,7 +34,8 @@ from reconciler.metrics import Metrics
 from reconciler.model.spec import RunnerGroupSpec
 from reconciler.settings import Settings
 from webhook_scaler.store.jobs.model import QueuedJob
-from webhook_scaler.store.seats.coordination import Activity, Coordination
+from webhook_scaler.store.seats.coordination import Coordination
+from webhook_scaler.store.seats.model import Activity
 
 log = logging.getLogger(__name__)
 # Gitea's word on a runner (busy since, done at; Redis' clock) counts for a runner Job only if it came

@@ -10,14 +10,13 @@ register the runner (a slow Register renews the seat), send the create at once, 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from reconciler.decide.instances import instance_of
 from reconciler.decide.plan import Create
@@ -30,21 +29,18 @@ from reconciler.kube.placement import UNPINNED, Placement
 from reconciler.kube.runner_cache import SECRET_KEY
 from reconciler.loop.passes.registrations import Registrations
 from reconciler.loop.state import GroupState
-from reconciler.model.names import group_key, job_name, runner_name, runner_retry, runner_suffix
+from reconciler.model.names import group_key, next_runner_name, runner_job, runner_name
 from reconciler.model.spec import RunnerGroupSpec
 from webhook_scaler.store.seats.coordination import (
     ABANDONED_AFTER_S,
     CLAIM_PENDING_S,
     CREATE_DEADLINE_S,
-    HEARTBEAT_S,
     RECLAIM_AFTER_S,
-    Activity,
     Coordination,
-    Seats,
 )
+from webhook_scaler.store.seats.model import Activity, Seats
 
 log = logging.getLogger(__name__)
-K = TypeVar("K", bound=Hashable)
 SHARE_EVERY_S = 300.0
 RENEW_AFTER_S = CREATE_DEADLINE_S / 2  # a Register slower than this renews the seat before the create
 
@@ -85,15 +81,6 @@ class Seating:
         self.taker = f"{replica or 'reconciler'}/{uuid.uuid4().hex[:12]}"  # this process, for its seats
         self._shared: dict[str, float] = {}  # runner namespace -> when its cache Secret was last made right
 
-    async def beat_forever(self) -> None:
-        """Keep this process's heartbeat, so that its seats are not taken for abandoned ones."""
-        while True:
-            try:
-                await self.coordination.heartbeat(self.taker)
-            except Exception as exc:  # Redis is down: nobody can free seats either
-                log.warning("heartbeat failed", extra={"error": repr(exc)})
-            await asyncio.sleep(HEARTBEAT_S)
-
     def of(self, spec: RunnerGroupSpec) -> Coordination:
         """The coordination of the jobs of the Gitea instance the group serves."""
         return self.coordination.of(instance_of(spec.gitea.url, self.named))
@@ -126,14 +113,22 @@ class Seating:
         if not begun.leased:
             return None
         if begun.seats is None or begun.activity is None:
-            ready = await self._seat(group, jobs, state, present=present, gone=gone)
+            ready = await self._seat(group, jobs, state, present=present, gone=gone, claims=coordination)
             state.deleting.difference_update(gone)
             return ready, await coordination.activity(runners, jobs=queued)
         state.deleting.difference_update(gone)
-        return await self._settle(group, state, begun.seats, state.epoch, present=present), begun.activity
+        settled = await self._settle(group, state, begun.seats, state.epoch, present=present, claims=coordination)
+        return settled, begun.activity
 
     async def _seat(
-        self, group: GroupObject, jobs: Sequence[JobObject], state: GroupState, *, present: set[str], gone: list[str]
+        self,
+        group: GroupObject,
+        jobs: Sequence[JobObject],
+        state: GroupState,
+        *,
+        present: set[str],
+        gone: list[str],
+        claims: Coordination,
     ) -> Ready:
         """The seats of a group this replica has not seated in the current epoch (first pass, or Redis
         lost the seats): wait out creates of an older epoch, seat the active Jobs, record the epoch."""
@@ -150,38 +145,44 @@ class Seating:
         if recorded != epoch.id:
             await self.kube.patch_status(group.ref, {SEAT_EPOCH: epoch.id})
         state.epoch = epoch.id
-        return await self._settle(group, state, seats, epoch.id, present=present)
+        return await self._settle(group, state, seats, epoch.id, present=present, claims=claims)
 
     async def _settle(
-        self, group: GroupObject, state: GroupState, seats: Seats, epoch: str, *, present: set[str]
+        self,
+        group: GroupObject,
+        state: GroupState,
+        seats: Seats,
+        epoch: str,
+        *,
+        present: set[str],
+        claims: Coordination,
     ) -> Ready:
         """Free the seats of Jobs that were never created (see the module doc): those older than
-        `RECLAIM_AFTER_S`, and sooner those whose taker died; and remember the seats."""
+        `RECLAIM_AFTER_S`, and sooner those whose taker is dead for sure; and remember the seats. A silent
+        taker (`Abandoned`) may be paused between its deadline and its create, which lands when it
+        resumes: its seat stays, so that create never lifts the cap, but its job's claim goes, and the
+        job is taken again under the same Job name, in the same seat (one of the two creates gets a 409)."""
         unseen = {n: at for n, at in seats.held.items() if n not in present and n not in state.deleting}
         old = [n for n, at in unseen.items() if at < seats.now_ms - RECLAIM_AFTER_S * 1000]
         young = [n for n, at in unseen.items() if n not in old and at < seats.now_ms - ABANDONED_AFTER_S * 1000]
-        suspects = old + await self.coordination.abandoned(group.uid, young)
-        orphans = [n for n in suspects if not await self.kube.job_exists(group.namespace, n)]
+        abandoned = await self.coordination.abandoned(group.uid, young)
+        orphans = [n for n in old + abandoned.dead if not await self.kube.job_exists(group.namespace, n)]
         if orphans:
             log.warning("seats of runner Jobs never created freed", extra={"group": group.name, "jobs": orphans})
             after = RECLAIM_AFTER_S if set(orphans) <= set(old) else ABANDONED_AFTER_S
             seats = await self.coordination.seats(group.uid, orphans=orphans, orphaned_after_s=after)
+        silent = [(job, n) for n in abandoned.silent if (job := runner_job(n)) is not None]
+        await claims.release_all(silent)
         state.seated = set(seats.held)
-        return Ready(frozenset(n for n in seats.held if n not in present), epoch, now_ms=seats.now_ms)
+        retaken = present | {n for _, n in silent}
+        return Ready(frozenset(n for n in seats.held if n not in retaken), epoch, now_ms=seats.now_ms)
 
-    def name_for(self, group: GroupObject, c: Create, jobs: Sequence[JobObject], *, taken: Iterable[str] = ()) -> str:
-        """The runner Job's name: fixed by (job, attempt) and the runners for it before (see manifests):
-        those in the cache, and `taken` (deleted, their Pods still going), so a name does not come back
-        while the Pod of its earlier runner is left. A seat alone is no reason to avoid a name: a create
-        in flight holds one, and its name must stay the same, so that a second create of it gets a 409
-        (the claim's backstop, see `coordination`)."""
-        if c.job_id is None:
-            return job_name(group.name, runner_suffix(None, random_hex=uuid.uuid4().hex))
-        names = [j.name for j in jobs] + ([c.stale_claim] if c.stale_claim else []) + list(taken)
-        tries = [runner_retry(n, job_id=c.job_id, attempt=c.attempt) for n in names]
-        seen = [t for t in tries if t is not None]
-        retry = max(seen) + 1 if seen else 0
-        return job_name(group.name, runner_suffix(c.job_id, attempt=c.attempt, retry=retry))
+    @staticmethod
+    def name_for(group: GroupObject, c: Create, jobs: Sequence[JobObject], *, taken: Iterable[str] = ()) -> str:
+        """The runner Job's name (`next_runner_name`), after those in the cache and `taken` (deleted, their
+        Pods still going)."""
+        before = [j.name for j in jobs] + ([c.stale_claim] if c.stale_claim else []) + list(taken)
+        return next_runner_name(group.name, c.job_id, attempt=c.attempt, before=before, random_hex=uuid.uuid4().hex)
 
     async def create(self, group: GroupObject, spec: RunnerGroupSpec, c: Create, name: str, epoch: str) -> str:
         """Start one runner: "created", "exists" (409: it is there already) or why not ("claimed", "full",
@@ -263,7 +264,7 @@ class Seating:
         or mended before the first runner there, then again every few minutes (a rotated secret, a
         deleted Secret)."""
         cache = self.egress.cache
-        if not cache or not cache.secret or not _due(self._shared, namespace):
+        if not cache or not cache.secret or time.monotonic() - self._shared.get(namespace, -1e9) < SHARE_EVERY_S:
             return
         await self.kube.ensure_secret_key(namespace, cache.secret_name, SECRET_KEY, lambda: cache.secret, replace=True)
         self._shared[namespace] = time.monotonic()
@@ -293,8 +294,3 @@ class Seating:
     async def _unclaim(self, spec: RunnerGroupSpec, c: Create, name: str) -> None:
         if c.job_id is not None:
             await self.of(spec).release(c.job_id, holder=name)
-
-
-def _due(checked: Mapping[K, float], key: K) -> bool:
-    """Whether `key` was last checked (monotonic time in `checked`) longer than SHARE_EVERY_S ago, or never."""
-    return time.monotonic() - checked.get(key, -1e9) >= SHARE_EVERY_S

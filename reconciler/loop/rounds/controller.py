@@ -42,7 +42,7 @@ from reconciler.settings import Settings
 from reconciler.tasks import run_together
 from webhook_scaler.store.jobs.model import QueuedJob
 from webhook_scaler.store.jobs.records import JobStore
-from webhook_scaler.store.seats.coordination import Coordination
+from webhook_scaler.store.seats.coordination import HEARTBEAT_S, Coordination
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class Controller:
         workers = [asyncio.create_task(i.run(), name=f"informer-{i.name}") for i in (self.groups, self.jobs, self.pods)]
         workers.append(asyncio.create_task(self._follow_redis(), name="follow-redis"))
         workers.append(asyncio.create_task(self._resync(), name="resync"))
-        workers.append(asyncio.create_task(self.group_pass.seating.beat_forever(), name="heartbeat"))
+        workers.append(asyncio.create_task(self._beat_forever(), name="heartbeat"))
         if self.settings.poll_enabled:
             workers.append(asyncio.create_task(self._after_sync(self.poller.poll_forever), name="poll"))
         if self.settings.ghost_sweep_interval:
@@ -194,6 +194,16 @@ class Controller:
             if changes:
                 self.scheduler.due(changes, self._group_of_runner)
                 self.wake.set()
+
+    async def _beat_forever(self) -> None:
+        """Keep this process's heartbeat, so that its seats are not taken for abandoned ones."""
+        seating = self.group_pass.seating
+        while True:
+            try:
+                await seating.coordination.heartbeat(seating.taker)
+            except Exception as exc:  # Redis is down: nobody can free seats either
+                log.warning("heartbeat failed", extra={"error": repr(exc)})
+            await asyncio.sleep(HEARTBEAT_S)
 
     async def _resync(self) -> None:
         while True:

@@ -30,12 +30,17 @@ in its group's seat set from before it is created until it has ended:
   when the API server answered 404 for it and either the seat is older than
   `RECLAIM_AFTER_S` (longer than the create deadline plus the API server's request timeout, so a
   create granted that seat can no longer arrive), or it is older than `ABANDONED_AFTER_S` and the
-  replica process that took it is dead (its heartbeat, renewed every `HEARTBEAT_S` and by every
-  take, lapsed `ALIVE_TTL_S` ago): past the create deadline it sends no create, and a killed
-  process's create still in flight is cancelled with its connection (the API server writes nothing
-  for a request whose client went away before the write). A process that is merely slow keeps its
-  heartbeat, so its seats wait out `RECLAIM_AFTER_S`. A process paused longer than `ALIVE_TTL_S`
-  drops its late creates when it resumes (the deadline), like before.
+  replica process that took it is dead for sure: its heartbeat (renewed every `HEARTBEAT_S` and by
+  every take) lapsed `ALIVE_TTL_S` ago, and its replica (its Pod, one process at a time) runs a later
+  process (`Keys.incarnation`). A killed process sends nothing more: a create still in flight is
+  cancelled with its connection (the API server writes nothing for a request whose client went away
+  before the write). A heartbeat that lapsed alone proves nothing: a process paused (SIGSTOP, a frozen
+  VM) between its deadline check and its create sends that create when it resumes. Such a *silent*
+  taker's seat stays, and only its job's claim is released (`release_all`), so the job is taken again
+  under the same Job name, in the same seat, and one of the two creates gets a 409. A process that is
+  merely slow keeps its heartbeat, so its seats wait out `RECLAIM_AFTER_S`. (What is left: a process
+  paused longer than `RECLAIM_AFTER_S` inside that window, whose seat went to a warm runner or a job
+  served meanwhile, can still land one create beyond the cap.)
 So the seats held are at least the runner Jobs that may be active, and seats never exceed the
 maximum (active Jobs made before seats existed are seated by `seats` without a check, and then
 block new seats until enough of them end). The per-group lease (taken by `begin`) only spares replicas
@@ -52,13 +57,32 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from redis.asyncio import Redis
 
 from webhook_scaler.store.keys import Keys, text
-from webhook_scaler.store.seats.scripts import ACTIVITY, BEGIN, CONFIRM, EPOCH, GIVE_BACK, RELEASE, RENEW, SEATS, TAKE
+from webhook_scaler.store.seats.model import (
+    Abandoned,
+    Activity,
+    Begun,
+    Epoch,
+    Seats,
+    activity_of,
+    held_of,
+    replica_of,
+)
+from webhook_scaler.store.seats.scripts import (
+    ACTIVITY,
+    BEGIN,
+    CONFIRM,
+    EPOCH,
+    GIVE_BACK,
+    RELEASE,
+    RELEASE_ALL,
+    RENEW,
+    SEATS,
+    TAKE,
+)
 
 CREATE_DEADLINE_S = 10.0  # from the start of a reservation to the create being sent
 CLAIM_PENDING_S = 30.0  # a claim's life until its create returned (> CREATE_DEADLINE_S + watch lag)
@@ -67,44 +91,6 @@ HEARTBEAT_S = 2.0  # how often a reconciler process renews its heartbeat
 ALIVE_TTL_S = 10.0  # a heartbeat's life: a process not heard of for this long is dead (or paused)
 ABANDONED_AFTER_S = CREATE_DEADLINE_S + 5.0  # a dead taker's seat, if its Job does not exist, is free
 SEATS_IDLE_TTL_S = 7 * 24 * 3600
-
-
-@dataclass(frozen=True, slots=True)
-class Activity:
-    """Gitea's word on runners: busy ones (`in_progress`), and when the job of others completed; and
-    which of the jobs asked about are still queued."""
-
-    busy: set[str]
-    done_ms: dict[str, int]
-    queued: set[int] = field(default_factory=set)
-    busy_ms: dict[str, int] = field(default_factory=dict)  # busy runners: since when (Redis ms)
-
-
-@dataclass(frozen=True, slots=True)
-class Epoch:
-    """The seats' current epoch, when it started, and Redis' clock when it was read (ms)."""
-
-    id: str
-    started_ms: int
-    now_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Seats:
-    """A group's seats after a pass's changes: name -> seated at (Redis ms), and Redis' clock then."""
-
-    now_ms: int
-    held: dict[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class Begun:
-    """The start of a pass (`begin`): whether the lease was free, and unless the epoch was another,
-    the group's seats and Gitea's word on its runners, read together."""
-
-    leased: bool
-    seats: Seats | None = None
-    activity: Activity | None = None
 
 
 class Coordination:
@@ -117,6 +103,7 @@ class Coordination:
         self._take = redis.register_script(TAKE)
         self._confirm = redis.register_script(CONFIRM)
         self._release = redis.register_script(RELEASE)
+        self._release_all = redis.register_script(RELEASE_ALL)
         self._activity = redis.register_script(ACTIVITY)
         self._epoch = redis.register_script(EPOCH)
         self._seats = redis.register_script(SEATS)
@@ -178,24 +165,34 @@ class Coordination:
         return bool(await self._give_back(keys=keys, args=[name, taker]))
 
     async def heartbeat(self, process: str) -> None:
-        """Say that replica process `process` is alive, for `ALIVE_TTL_S`."""
-        await self.redis.set(self.keys.alive(process), "1", px=int(ALIVE_TTL_S * 1000))
+        """Say that replica process `process` (`{replica}/{id}`) is alive, and its replica's latest, for
+        `ALIVE_TTL_S`."""
+        ttl_ms = int(ALIVE_TTL_S * 1000)
+        await self.redis.set(self.keys.alive(process), "1", px=ttl_ms)
+        await self.redis.set(self.keys.incarnation(replica_of(process)), process, px=ttl_ms)
 
-    async def abandoned(self, group_uid: str, names: Sequence[str]) -> list[str]:
-        """Which of these seats of a group were taken by a replica process that is dead now (no
-        heartbeat for `ALIVE_TTL_S`). A seat whose taker is unknown (adopted, or taken before takers
-        were recorded) is not among them."""
+    async def abandoned(self, group_uid: str, names: Sequence[str]) -> Abandoned:
+        """Which of these seats of a group were taken by a replica process not heard of for `ALIVE_TTL_S`:
+        dead for sure (its replica runs a later process) or silent. A seat whose taker is unknown
+        (adopted, or taken before takers were recorded) is neither."""
         if not names:
-            return []
+            return Abandoned([], [])
         takers = [
             None if t is None else text(t)
             for t in await self.redis.mget([self.keys.taker(group_uid, n) for n in names])
         ]
         processes = sorted({t for t in takers if t})
         if not processes:
-            return []
-        alive = dict(zip(processes, await self.redis.mget([self.keys.alive(p) for p in processes]), strict=True))
-        return [n for n, t in zip(names, takers, strict=True) if t and alive[t] is None]
+            return Abandoned([], [])
+        keys = [self.keys.alive(p) for p in processes] + [self.keys.incarnation(replica_of(p)) for p in processes]
+        read = await self.redis.mget(keys)
+        alive = dict(zip(processes, read[: len(processes)], strict=True))
+        latest = {p: None if v is None else text(v) for p, v in zip(processes, read[len(processes) :], strict=True)}
+        lapsed = [(n, t) for n, t in zip(names, takers, strict=True) if t and alive[t] is None]
+        return Abandoned(
+            dead=[n for n, t in lapsed if latest[t] not in (None, t)],
+            silent=[n for n, t in lapsed if latest[t] in (None, t)],
+        )
 
     async def confirm(self, claims: Sequence[tuple[int, str]], *, ttl_ms: int) -> None:
         """Make claims (job id, holder) whose runner Jobs exist last `ttl_ms` from now, each only if its
@@ -207,6 +204,11 @@ class Coordination:
     async def release(self, job_id: int, *, holder: str) -> None:
         """Give a claim back (the runner Job could not be created), only if `holder` still has it."""
         await self._release(keys=[self.keys.claim(job_id)], args=[holder])
+
+    async def release_all(self, claims: Sequence[tuple[int, str]]) -> None:
+        """`release` for each (job id, holder), in one round trip."""
+        if claims:
+            await self._release_all(keys=[self.keys.claim(job) for job, _ in claims], args=[h for _, h in claims])
 
     async def lock(self, name: str, *, holder: str, ttl_ms: int) -> bool:
         """Take a short exclusive lease (e.g. one failed runner's report across replicas)."""
@@ -244,7 +246,7 @@ class Coordination:
         if text(reply[0]) != "ok":
             return Begun(leased=text(reply[0]) == "epoch")
         now_ms, held, busy, done, states = reply[1:]
-        return Begun(True, Seats(int(now_ms), _held(held)), _activity(runners, jobs, busy, done, states))
+        return Begun(True, Seats(int(now_ms), held_of(held)), activity_of(runners, jobs, busy, done, states))
 
     async def seats(
         self,
@@ -259,7 +261,7 @@ class Coordination:
         `orphaned_after_s`; return the seats held then."""
         args: list[str | int] = [int(orphaned_after_s * 1000), len(free), len(adopt), *free, *adopt, *orphans]
         reply = await self._seats(keys=[self.keys.seats(group_uid)], args=args)
-        return Seats(int(reply[0]), _held(reply[1:]))
+        return Seats(int(reply[0]), held_of(reply[1:]))
 
     async def activity(self, runners: Sequence[str], *, jobs: Sequence[int] = ()) -> Activity:
         """What Gitea reported about these runners (which run a job, when the job of others ended) and
@@ -273,20 +275,4 @@ class Coordination:
             return Activity(set(), {}, set())
         keys = [self.keys.busy, self.keys.done, *(self.keys.job(j) for j in jobs)]
         busy, done, states = await self._activity(keys=keys, args=list(runners))
-        return _activity(runners, jobs, busy, done, states)
-
-
-def _held(flat: Sequence[Any]) -> dict[str, int]:
-    """A ZRANGE ... WITHSCORES reply of the seats as name -> seated at (ms)."""
-    return {text(flat[i]): int(float(text(flat[i + 1]))) for i in range(0, len(flat), 2)}
-
-
-def _activity(runners: Sequence[str], jobs: Sequence[int], busy: Any, done: Any, states: Any) -> Activity:
-    """An ACTIVITY reply (or BEGIN's part of one) as an `Activity`."""
-    busy_ms = {r: int(float(text(v))) for r, v in zip(runners, busy, strict=True) if v}
-    return Activity(
-        busy=set(busy_ms),
-        done_ms={r: int(float(text(v))) for r, v in zip(runners, done, strict=True) if v},
-        queued={j for j, s in zip(jobs, states, strict=True) if s and text(s) == "queued"},
-        busy_ms=busy_ms,
-    )
+        return activity_of(runners, jobs, busy, done, states)

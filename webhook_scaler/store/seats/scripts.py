@@ -14,6 +14,14 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
+# RELEASE for each claim: KEYS: claims; ARGV: one holder per claim
+RELEASE_ALL = """
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[i] then redis.call('DEL', KEYS[i]) end
+end
+return #KEYS
+"""
+
 # Claims whose runner Jobs exist now last `ttl_ms` from now, each only if its holder still has it.
 # KEYS: claims; ARGV: ttl_ms, then one holder per claim
 CONFIRM = """
