@@ -52,6 +52,7 @@ REFUSED = [
     pytest.param({"scope": "team"}, "scope", id="unknown-scope"),
     pytest.param({"repo": "no-slash", "scope": "repo", "org": None}, "spec.repo is owner/name", id="repo-no-owner"),
     pytest.param({"minIdleRunners": 5}, "minIdleRunners must not exceed", id="min-idle-above-max"),
+    pytest.param({"fetchInterval": "0m0s"}, "fetchInterval must be at least 1s", id="fetch-interval-zero"),
     pytest.param({"gitea": {"url": "ftp://x"}}, "url", id="bad-url"),
     pytest.param({"gitea": {"url": "https://gitea.example.com:abc"}}, "url", id="url-port-not-a-number"),
     pytest.param({"gitea": {"url": "https://ci:hunter2@gitea.example.com"}}, "url", id="url-with-a-password"),

@@ -13,6 +13,7 @@ from typing import Any
 from reconciler.decide.waiting import REASONS
 from reconciler.model.spec import (
     DIND_ARGS_MESSAGE,
+    FETCH_INTERVAL_MESSAGE,
     FLAT_REF_MESSAGE,
     GITEA_URL_MESSAGE,
     OPTIONAL_REF_MESSAGE,
@@ -41,6 +42,7 @@ _CEL_RULES = [
         "rule": "!has(self.minIdleRunners) || self.minIdleRunners <= self.maxActiveRunners",
         "message": "minIdleRunners must not exceed maxActiveRunners",
     },
+    {"rule": "!has(self.fetchInterval) || self.fetchInterval.matches('[1-9]')", "message": FETCH_INTERVAL_MESSAGE},
     {
         "rule": (
             "!has(self.dindArgs) || size(self.dindArgs) == 0 || (has(self.containerMode) && "

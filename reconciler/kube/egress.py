@@ -77,7 +77,7 @@ class Egress:
     def register_env(self, state_dir: str) -> list[dict[str, Any]]:
         """The register step's: the certificates to write, where, the rest as the runner's, and the
         cache settings to write into the runner's config."""
-        cache = self.cache.register_env(state_dir) if self.cache else []
+        cache = self.cache.register_env() if self.cache else []
         if not self.ca_pem:
             return self.proxy_env() + cache
         written = [{"name": CA_ENV, "value": self.ca_pem}, {"name": CA_DIR_ENV, "value": f"{state_dir}/.ca"}]

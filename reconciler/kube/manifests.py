@@ -31,7 +31,7 @@ from reconciler.kube.crd import API_VERSION, KIND
 from reconciler.kube.dind import add_dind_sidecar, add_rootless_storage, is_dind, is_rootless_dind
 from reconciler.kube.egress import DIRECT, WRITE_CA, Egress, owned_names
 from reconciler.kube.placement import ANY_NODE, UNPINNED, Nodes, Placement
-from reconciler.kube.runner_cache import CONFIG_FILE, WRITE_CONFIG
+from reconciler.kube.runner_cache import CONFIG_FILE, WRITE_CONFIG, config_env, config_path
 from reconciler.model.labels import effective_labels
 from reconciler.model.names import runner_name
 from reconciler.model.spec import RunnerGroupSpec
@@ -143,6 +143,7 @@ def _prepare_container(spec: RunnerGroupSpec, runner: dict[str, Any], *, name: s
             {"name": "GRS_CREDENTIAL_FILE", "value": f"{CREDENTIAL_DIR}/{CREDENTIAL_KEY}"},
             *config,
             *egress.register_env(STATE_DIR),
+            *config_env(STATE_DIR, fetch_interval=spec.fetch_interval),
         ],
         "volumeMounts": [
             *copy.deepcopy(runner["volumeMounts"]),
@@ -268,9 +269,9 @@ def _pod_template(spec: RunnerGroupSpec, *, name: str, labels: dict[str, str], e
     container["env"] = runner_env(spec, name=name) + out + user_env
     _add_volumes(pod, container, runner=name)
     prepare = _prepare_container(spec, container, name=name, egress=egress)
-    if egress.cache:  # the prepare step merged the podTemplate's config (or the image's) into this one
-        container["env"] = [e for e in container["env"] if e.get("name") != CONFIG_FILE]
-        container["env"] += egress.cache.runner_env(STATE_DIR)
+    # the prepare step merged the podTemplate's config (or the image's) into this one
+    container["env"] = [e for e in container["env"] if e.get("name") != CONFIG_FILE]
+    container["env"].append({"name": CONFIG_FILE, "value": config_path(STATE_DIR)})
     pod["shareProcessNamespace"] = False  # one container's processes are not another's to see
     # A runner that fails says why in its last log lines; they become the Pod's termination message,
     # which the controller reports in the group's status (act_runner never logs the token).

@@ -24,6 +24,7 @@ GITEA_URL_MESSAGE = "set spec.gitea.url, or spec.giteaURL as gitea-runner-operat
 REPO_MESSAGE = "spec.repo is owner/name, or a bare name with spec.org or spec.user as its owner"
 FLAT_REF_MESSAGE = "give secretRef {name, key}, or name and key alone as gitea-runner-operator did"
 OPTIONAL_REF_MESSAGE = "a token's Secret cannot be optional: remove optional"
+FETCH_INTERVAL_MESSAGE = "fetchInterval must be at least 1s"
 DIND_ARGS_MESSAGE = "spec.dindArgs needs containerMode dind, and cannot set --host (the controller owns the sockets)"
 
 # A Gitea base URL: scheme, a host (name, IPv4, or [IPv6]) without user or password, a port, a path.
@@ -194,6 +195,16 @@ class RunnerGroupSpec(_Spec):
         pattern=DURATION_PATTERN,
         description="A runner Pod Pending longer than this is deleted (e.g. 10m).",
     )
+    fetch_interval: str = Field(
+        "1s",
+        alias="fetchInterval",
+        pattern=DURATION_PATTERN,
+        description=(
+            "How often a runner without a job asks Gitea for one (at least 1s): the controller pins act_runner's "
+            "fetch_interval and fetch_interval_max to it in every runner's config, so a warm runner never backs "
+            "off. Each idle runner makes one request to Gitea per interval."
+        ),
+    )
     suspend: bool = Field(False, description="Start no new runners; running ones finish.")
 
     @model_validator(mode="before")
@@ -229,6 +240,8 @@ class RunnerGroupSpec(_Spec):
         if self.min_idle_runners > self.max_active_runners:
             raise ValueError("minIdleRunners must not exceed maxActiveRunners")
         parse_duration(self.pending_timeout)
+        if parse_duration(self.fetch_interval) < 1:
+            raise ValueError(FETCH_INTERVAL_MESSAGE)
         if self.dind_args and (self.container_mode != "dind" or any(_sets_host(a) for a in self.dind_args)):
             raise ValueError(DIND_ARGS_MESSAGE)
         return self

@@ -17,7 +17,7 @@ import yaml
 
 from reconciler.kube.egress import DIRECT, Egress
 from reconciler.kube.manifests import PREPARE_SCRIPT
-from reconciler.kube.runner_cache import RunnerCache
+from reconciler.kube.runner_cache import RunnerCache, config_env
 
 CREDENTIAL = '{"id": 7, "uuid": "u-7", "name": "builders-7-ab12", "token": "runner-own-token"}\n'
 
@@ -29,6 +29,7 @@ def run(
     egress: Egress = DIRECT,
     config: str | Path | None = None,
     credential: str | None = CREDENTIAL,
+    fetch_interval: str = "1s",
     **more: str,
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     """Run the script with a stand-in `binary` (act_runner 0.x's name; 1.x's is gitea-runner; "": none)
@@ -55,7 +56,7 @@ def run(
         "GITEA_RUNNER_LABELS": "k8s",
         **{
             e["name"]: e["value"] if "value" in e else SECRETS[str(e["valueFrom"])]
-            for e in egress.register_env(str(state))
+            for e in egress.register_env(str(state)) + config_env(str(state), fetch_interval=fetch_interval)
         },
         **more,
     }
@@ -124,23 +125,24 @@ def test_the_ca_certificates_are_in_the_bundle_the_runner_trusts(tmp_path: Path)
 
 CACHE = Egress(cache=RunnerCache("http://cache.ci.svc:8088/", secret=CACHE_SECRET))
 OURS = {"enabled": True, "external_server": "http://cache.ci.svc:8088/", "external_secret": CACHE_SECRET}
+PINNED = {"fetch_interval": "1s", "fetch_interval_max": "1s"}
 
 
 @pytest.mark.parametrize(
     ("config", "merged"),
     [
-        (None, {"cache": OURS}),
-        ("log:\n  level: info\n", {"log": {"level": "info"}, "cache": OURS}),
+        (None, {"runner": PINNED, "cache": OURS}),
+        ("log:\n  level: info\n", {"log": {"level": "info"}, "runner": PINNED, "cache": OURS}),
         # a block keeps its other keys and its indentation; ours replace its enabled and server
         (
-            "runner:\n    capacity: 1\ncache:   # the cache\n    enabled: false\n    dir: /cache\n"
-            "    external_server: http://elsewhere/\n\n# done\ncontainer:\n    network: host\n",
-            {"runner": {"capacity": 1}, "cache": {**OURS, "dir": "/cache"}, "container": {"network": "host"}},
+            "runner:\n    capacity: 1\n    fetch_interval: 30s\ncache:   # the cache\n    enabled: false\n"
+            "    dir: /cache\n    external_server: http://elsewhere/\n\n# done\ncontainer:\n    network: host\n",
+            {"runner": {"capacity": 1, **PINNED}, "cache": {**OURS, "dir": "/cache"}, "container": {"network": "host"}},
         ),
-        ("runner:\n  capacity: 2\ncache:\n", {"runner": {"capacity": 2}, "cache": OURS}),
-        ("cache: {enabled: false}\nrunner: {capacity: 3}\n", {"cache": OURS, "runner": {"capacity": 3}}),
+        ("runner:\n  capacity: 2\ncache:\n", {"runner": {"capacity": 2, **PINNED}, "cache": OURS}),
+        ("cache: {enabled: false}\nrunner: {capacity: 3}\n", {"cache": OURS, "runner": PINNED}),
         # written on Windows: the block is still found, and its keys replaced rather than doubled
-        ("cache:\r\n  enabled: false\r\n  dir: /c\r\n", {"cache": {**OURS, "dir": "/c"}}),
+        ("cache:\r\n  enabled: false\r\n  dir: /c\r\n", {"cache": {**OURS, "dir": "/c"}, "runner": PINNED}),
     ],
     ids=["no-config", "no-cache-section", "block", "empty-block", "flow", "crlf"],
 )
@@ -155,17 +157,47 @@ def test_the_runner_gets_its_config_with_the_shared_cache_merged_in(
     assert CACHE_SECRET not in done.stdout + done.stderr
 
 
+@pytest.mark.parametrize(
+    ("config", "merged"),
+    [
+        (None, {"runner": {"fetch_interval": "3s", "fetch_interval_max": "3s"}}),
+        # act_runner 1.x's generated config: the idle backoff up to 60 s goes, the rest stays
+        (
+            "log:\n  level: info\nrunner:\n  file: .runner\n  fetch_timeout: 5s\n  fetch_interval: 2s\n"
+            "  fetch_interval_max: 60s\n  labels:\n    - \"ubuntu-latest:docker://node:20\"\ncache:\n  enabled: true\n",
+            {
+                "log": {"level": "info"},
+                "runner": {"file": ".runner", "fetch_timeout": "5s", "fetch_interval": "3s",
+                           "fetch_interval_max": "3s", "labels": ["ubuntu-latest:docker://node:20"]},
+                "cache": {"enabled": True},
+            },
+        ),
+    ],
+    ids=["no-config", "generated-config"],
+)  # fmt: skip
+def test_without_a_cache_server_the_runner_polls_at_the_groups_fetch_interval_without_backoff(
+    tmp_path: Path, config: str | None, merged: dict[str, object]
+) -> None:
+    """The group's fetchInterval (here 3s) pins fetch_interval and fetch_interval_max, so an idle warm runner
+    keeps asking Gitea at that pace instead of backing off to act_runner's 60 s; the cache is the image's."""
+    done, state = run(tmp_path, config=config, fetch_interval="3s")
+    assert done.returncode == 0, done
+    assert yaml.safe_load((state / ".grs" / "config.yaml").read_text()) == merged
+
+
 def test_a_cache_server_that_takes_no_secret_gets_none(tmp_path: Path) -> None:
     done, state = run(tmp_path, egress=Egress(cache=RunnerCache("http://cache:8088/")))
     assert done.returncode == 0, done
     assert yaml.safe_load((state / ".grs" / "config.yaml").read_text()) == {
-        "cache": {"enabled": True, "external_server": "http://cache:8088/"}
+        "runner": PINNED,
+        "cache": {"enabled": True, "external_server": "http://cache:8088/"},
     }
 
 
-def test_a_config_file_it_cannot_read_fails_the_runner_saying_which(tmp_path: Path) -> None:
+@pytest.mark.parametrize("egress", [CACHE, DIRECT], ids=["cache", "no-cache"])
+def test_a_config_file_it_cannot_read_fails_the_runner_saying_which(tmp_path: Path, egress: Egress) -> None:
     missing = tmp_path / "mounted" / "config.yaml"  # e.g. a ConfigMap the Pod does not mount
-    done, state = run(tmp_path, egress=CACHE, config=missing)
+    done, state = run(tmp_path, egress=egress, config=missing)
     assert done.returncode == 1, done
     assert last_line(done) == f"registration failed: cannot read the runner config {missing}"
     assert not (state / ".runner").exists()
