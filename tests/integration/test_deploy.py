@@ -437,7 +437,8 @@ def test_dashboard_and_alerts_do_not_add_up_replicas() -> None:
 
 def test_the_dashboard_asks_for_its_data_source_and_namespace_and_its_queries_parse(tmp_path: Path) -> None:
     """Every panel and query takes the `datasource` variable and scopes its series to `namespace`; the
-    queue-wait panel is there; every query is PromQL that promtool accepts (as a recording rule)."""
+    queue-wait panel is there, and the objective's, at the chart's objective; every query is PromQL that
+    promtool accepts (as a recording rule)."""
     dashboard = json.loads((CHART / "dashboards" / "gitea-runner-scaler.json").read_text())
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
@@ -449,7 +450,16 @@ def test_the_dashboard_asks_for_its_data_source_and_namespace_and_its_queries_pa
         selectors = re.findall(r"\b(?:grs_[a-z_]+|up)\{([^}]*)\}", target["expr"])
         assert selectors and all('namespace=~"$namespace"' in s for s in selectors), target["expr"]
     assert any("grs_job_queue_wait_seconds_bucket" in t["expr"] for t in targets)
-    rules = [{"record": f"panel:{i}", "expr": t["expr"].replace("$namespace", ".*")} for i, t in enumerate(targets)]
+    # the objective's panel: a choice among the histogram's bounds, the chart's objective by default
+    objective = variables["objective"]
+    assert [o["value"] for o in objective["options"]] == [f"{b:.1f}" for b in QUEUE_WAIT_BUCKETS]
+    seconds = yaml.safe_load((CHART / "values.yaml").read_text())["metrics"]["prometheusRule"]["queueTime"]["seconds"]
+    assert objective["current"]["value"] == f"{float(seconds):.1f}"
+    assert any('le="$objective"' in t["expr"] for t in targets)
+    rules = [
+        {"record": f"panel:{i}", "expr": t["expr"].replace("$namespace", ".*").replace("$objective", "30.0")}
+        for i, t in enumerate(targets)
+    ]
     (tmp_path / "panels.yaml").write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": rules}]}))
     promtool = shutil.which("promtool")
     assert promtool, "promtool is missing: tests/setup.sh installs Debian's prometheus package"
