@@ -144,7 +144,12 @@ async def run_burst(cfg: dict[str, Any]) -> list[Row]:
             "<= 1 s",
             queued[len(queued) // 2] <= 1.0,
         ),
-        row("burst: all runner Jobs created in (median)", f"{mid:.2f} s{spread}", "<= 5 s", mid <= 5),
+        row(
+            "burst: all runner Jobs created in (median)",
+            f"{mid:.2f} s{spread}",
+            "<= 2 s (a quiet 2-core machine)",
+            mid <= 2,
+        ),
         must(
             "burst: created / missing / twice, every run",
             " ; ".join(f"{r['created']} / {n - r['created']} / {r['twice']}" for r in runs),
@@ -160,6 +165,12 @@ async def run_burst(cfg: dict[str, Any]) -> list[Row]:
             f"API server alone: {n} Job creates from a plain client, one at a time / {CREATES_IN_FLIGHT} in flight",
             f"{ceiling['sequential']:.0f} /s / {ceiling['concurrent']:.0f} /s",
             "the ceiling a burst is read against",
+        ),
+        row(
+            f"burst: creates per second as a share of the API server alone at {CREATES_IN_FLIGHT} in flight",
+            f"{n / mid / ceiling['concurrent']:.2f}",
+            ">= 0.5 (each runner is a Job and its credential's Secret: two writes)",
+            n / mid / ceiling["concurrent"] >= 0.5,
         ),
     ]
 
@@ -272,8 +283,8 @@ async def run_scaling(cfg: dict[str, Any]) -> list[Row]:
         if groups == max(cfg["scale_groups"]):
             n, took = cfg["scale_burst"], b["all_created_in"]
             rows += [
-                row(f"burst: {n} jobs over {groups} groups, all runner Jobs created in", f"{took:.2f} s", "<= 10 s",
-                    took <= 10),
+                row(f"burst: {n} jobs over {groups} groups, all runner Jobs created in", f"{took:.2f} s", "<= 3 s",
+                    took <= 3),
                 must(f"burst: {n} jobs over {groups} groups, missing / twice", f"{n - b['created']} / {b['twice']}",
                      "0 / 0", b["created"] == n and b["twice"] == 0),
             ]  # fmt: skip
@@ -319,8 +330,8 @@ def node_rows(cfg: dict[str, Any]) -> list[Row]:
     cold_p50, cold_p99, warm_p50 = sc.pct(cold.api, 0.5), sc.pct(cold.api, 0.99), sc.pct(warm.api, 0.5)
     return [
         row(f"node, cold: queued -> picked ({rounds} x {jobs} jobs), Gitea's API read every 100 ms", ms(cold.api)),
-        row("node, cold: p50", f"{cold_p50:.2f} s", "<= 3 s", cold_p50 <= 3),
-        row("node, cold: p99", f"{cold_p99:.2f} s", "<= 6 s", cold_p99 <= 6),
+        row("node, cold: p50", f"{cold_p50:.2f} s", "<= 1.5 s", cold_p50 <= 1.5),
+        row("node, cold: p99", f"{cold_p99:.2f} s", "<= 3 s", cold_p99 <= 3),
         row(
             "node, cold: where the time goes (p50)",
             f"queued -> runner Job {sc.median(cold.to_job) * 1000:.0f} ms, -> Pod running "
@@ -329,7 +340,7 @@ def node_rows(cfg: dict[str, Any]) -> list[Row]:
         ),
         row("node, Gitea's webhook delivery: queued listed -> queued webhook received", ms(cold.delivery)),
         row("node, warm (minIdleRunners = jobs): queued -> picked", ms(warm.api)),
-        row("node, warm: p50", f"{warm_p50:.2f} s", "<= 1 s", warm_p50 <= 1),
+        row("node, warm: p50", f"{warm_p50:.2f} s", "<= 0.3 s", warm_p50 <= 0.3),
         row("node, polling only (3 s interval, no webhook): queued -> picked", ms(poll.api)),
         row(
             "node, by Gitea's clock (to the second): cold / warm / polling only",
@@ -446,7 +457,10 @@ def burst_rows(b: Burst) -> list[Row]:
     rest = b.busy - sum(c for c, _ in named)
     return [
         row(
-            f"node burst: {n} jobs queued at once, all picked in", f"{b.all_picked:.1f} s ({len(b.api)} listed picked)"
+            f"node burst: {n} jobs queued at once, all picked in",
+            f"{b.all_picked:.1f} s ({len(b.api)} listed picked)",
+            "<= 60 s for 200, or the stage below that bounds it",
+            b.all_picked <= 60 * n / 200,
         ),
         row(f"node burst: queued -> picked, p50 / p99 ({len(b.api)} jobs)", f"{p50:.1f} s / {p99:.1f} s"),
         row(
