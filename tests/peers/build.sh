@@ -7,6 +7,10 @@
 #                                           act_runner (1.x) act_runner0 (0.x) gitea helm kubeconform;
 #                                           default: all of them
 #   tests/peers/build.sh --print NAME  the path of one cached binary (built or not)
+#   tests/peers/build.sh --wait NAME   the same, once a build that holds the cache's lock has ended
+#   tests/peers/build.sh --lock        the path of that lock: .ci/run holds it for the peers it builds
+#                                      while the tests already run (helm, kubeconform), and every test
+#                                      asks for a binary with --wait, so it waits only if it needs one
 #
 # act_runner's module is refused by this workplace's module proxy: it is built from the source
 # archive in ../shared/peers/ beside the checkout when `go install` fails.
@@ -30,9 +34,12 @@ SHARED_PEERS=${GRS_SHARED_PEERS:-$(cd "$(dirname "$0")/../.." && pwd)/../shared/
 CACHE=${GRS_PEERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gitea-runner-scaler/peers}
 BIN=$CACHE/bin
 mkdir -p "$BIN" "$CACHE/src"
-export GOFLAGS="-buildvcs=false -trimpath" GOWORK=off CGO_ENABLED=${CGO_ENABLED:-1}
+# No debug information (-dwarf=false here, -s -w in every -ldflags): the tests never debug a peer, and
+# generating it is a good part of a cold build's compiling and most of its linking.
+export GOFLAGS="-buildvcs=false -trimpath -gcflags=all=-dwarf=false" GOWORK=off CGO_ENABLED=${CGO_ENABLED:-1}
+NODEBUG="-s -w"
 
-say() { printf '[peers] %s\n' "$*" >&2; }
+say() { printf '[peers] (%ss) %s\n' "$SECONDS" "$*" >&2; }
 
 # Unpacks a module into a writable folder of ours, so that its go.mod can be edited.
 module_dir() {
@@ -61,7 +68,7 @@ build_etcd() {
     for r in $(go mod edit -json | python3 -c 'import json,sys; print(" ".join(r["Old"]["Path"] for r in json.load(sys.stdin).get("Replace") or [] if r["New"]["Path"].startswith("../")))'); do
       go mod edit -dropreplace="$r" -require="$r@$ETCD_VERSION"
     done
-    go build -mod=mod -o "$BIN/etcd-$ETCD_VERSION.tmp" .
+    go build -mod=mod -ldflags "$NODEBUG" -o "$BIN/etcd-$ETCD_VERSION.tmp" .
   )
   mv "$BIN/etcd-$ETCD_VERSION.tmp" "$BIN/etcd-$ETCD_VERSION"
 }
@@ -87,7 +94,7 @@ kube_dir() {
 # The version flags of Kubernetes's own release builds (hack/lib/version.sh): without them every
 # component says v0.0.0-master, and `helm install` refuses a chart's kubeVersion against it.
 kube_version_flags() {
-  local minor=${KUBE_VERSION#v1.} pkg flags=""
+  local minor=${KUBE_VERSION#v1.} pkg flags=$NODEBUG
   minor=${minor%%.*}
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     flags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
@@ -115,7 +122,7 @@ build_gitea() {
   (
     cd "$dir"
     go build -mod=mod -tags 'sqlite sqlite_unlock_notify' \
-      -ldflags "-X main.Version=${GITEA_VERSION#v}" -o "$BIN/gitea-$GITEA_VERSION.tmp" .
+      -ldflags "$NODEBUG -X main.Version=${GITEA_VERSION#v}" -o "$BIN/gitea-$GITEA_VERSION.tmp" .
   )
   mv "$BIN/gitea-$GITEA_VERSION.tmp" "$BIN/gitea-$GITEA_VERSION"
   # Gitea reads its templates, options and public files from its work path when built without bindata.
@@ -128,8 +135,22 @@ build_go_install() {
   local name=$1 pkg=$2 ver=$3
   have "$name-$ver" && return
   say "building $name $ver"
-  GOBIN="$CACHE/gobin-$name" go install "$pkg@$ver"
+  GOBIN="$CACHE/gobin-$name" go install -ldflags "$NODEBUG" "$pkg@$ver"
   mv "$CACHE/gobin-$name/$name" "$BIN/$name-$ver"
+}
+
+# CoreDNS with the plugins the test node's Corefile uses and no others (tests/peers/coredns/main.go),
+# built inside the release's module: the same code and dependencies, a third of the compiling.
+build_coredns() {
+  local name="coredns-$COREDNS_VERSION-min"
+  have "$name" && return
+  say "building coredns $COREDNS_VERSION (the test node's plugins)"
+  local dir
+  dir=$(module_dir github.com/coredns/coredns "$COREDNS_VERSION")
+  rm -rf "$dir/grs-min" && mkdir "$dir/grs-min"
+  cp "$(dirname "$0")/coredns/main.go" "$dir/grs-min/main.go"
+  (cd "$dir" && go build -mod=mod -ldflags "$NODEBUG" -o "$BIN/$name.tmp" ./grs-min)
+  mv "$BIN/$name.tmp" "$BIN/$name"
 }
 
 # helm with the flags of its release builds: its version, and the Kubernetes version its client-go
@@ -144,7 +165,7 @@ build_helm() {
   client=$(awk '$1 == "k8s.io/client-go" {print $2}' "$dir/go.mod")  # v0.35.1 -> Kubernetes 1.35
   major=$(( $(echo "$client" | cut -d. -f1 | tr -d v) + 1 ))
   minor=$(echo "$client" | cut -d. -f2)
-  local ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  local ldflags="$NODEBUG -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
   local pkg
   for pkg in pkg/lint/rules pkg/chartutil; do
     ldflags+=" -X helm.sh/helm/v3/$pkg.k8sVersionMajor=$major -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$minor"
@@ -159,7 +180,7 @@ build_act_runner() {
   local name="$1-$2" version=$2 sha256=$3 module=$4
   have "$name" && return
   say "building $1 $version (about 3 minutes cold)"
-  local ldflags="-s -w -X $module/internal/pkg/ver.version=$version"
+  local ldflags="$NODEBUG -X $module/internal/pkg/ver.version=$version"
   if GOBIN="$CACHE/gobin-$name" go install -ldflags "$ldflags" "$module@$version" 2>/dev/null; then
     mv "$CACHE/gobin-$name/${module##*/}" "$BIN/$name"
     return
@@ -174,12 +195,23 @@ build_act_runner() {
   mv "$BIN/$name.tmp" "$BIN/$name"
 }
 
+LOCK=$CACHE/late-peers.lock
+if [ "${1:-}" = "--lock" ]; then
+  echo "$LOCK"
+  exit 0
+fi
+if [ "${1:-}" = "--wait" ]; then
+  # A shared lock is granted once no build holds the lock exclusively (none does on a warm cache).
+  path=$(bash "$0" --print "${2:-}")
+  [ -x "$path" ] || { touch "$LOCK"; flock --shared --timeout 3600 "$LOCK" true; }
+  set -- --print "${2:-}"
+fi
 if [ "${1:-}" = "--print" ]; then
   # tests/peers/build.sh --print NAME: the cached binary's path for the configured version.
   case ${2:-} in
     etcd) echo "$BIN/etcd-$ETCD_VERSION" ;;
     kube-apiserver|kube-controller-manager|kubelet|kube-scheduler|kube-proxy) echo "$BIN/$2-$KUBE_VERSION-r2" ;;
-    coredns) echo "$BIN/coredns-$COREDNS_VERSION" ;;
+    coredns) echo "$BIN/coredns-$COREDNS_VERSION-min" ;;
     act_runner) echo "$BIN/act_runner-$ACT_RUNNER_VERSION" ;;
     act_runner0) echo "$BIN/act_runner0-$ACT_RUNNER0_VERSION" ;;
     gitea) echo "$BIN/gitea-$GITEA_VERSION" ;;
@@ -198,7 +230,7 @@ for p in "${peers[@]}"; do
     etcd) build_etcd ;;
     kube) build_kube_cmds kube-apiserver kube-controller-manager ;;
     node) build_kube_cmds kubelet kube-scheduler kube-proxy ;;
-    coredns) build_go_install coredns github.com/coredns/coredns "$COREDNS_VERSION" ;;
+    coredns) build_coredns ;;
     act_runner) build_act_runner act_runner "$ACT_RUNNER_VERSION" "$ACT_RUNNER_SHA256" gitea.com/gitea/runner ;;
     act_runner0) build_act_runner act_runner0 "$ACT_RUNNER0_VERSION" "$ACT_RUNNER0_SHA256" gitea.com/gitea/act_runner ;;
     gitea) build_gitea ;;
