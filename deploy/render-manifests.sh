@@ -12,7 +12,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/deploy/manifests/gitea-runner-scaler.yaml}
-helm=$(bash "$root/tests/peers/build.sh" --print helm)
+helm=$(bash "$root/tests/peers/build.sh" --wait helm)
 [ -x "$helm" ] || bash "$root/tests/peers/build.sh" helm >/dev/null
 mkdir -p "$(dirname "$out")"
 {

@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from reconciler.kube.crd import crd
 from tests import fake_gitea
 from tests.kube_cluster import KubeCluster, apply_crd
-from tests.order import VARIABLE, arranged
+from tests.order import FIRST, VARIABLE, arranged, modules_first
 from tests.redis_server import RedisServer
 from tests.redis_topology import ClusterServers, SentinelServers
 
@@ -43,7 +43,9 @@ def gitea_answers_checked() -> Iterator[None]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Reorder the tests within each module as GRS_TEST_ORDER says; unset, as written (as CI runs them)."""
+    """Run the modules GRS_MODULES_FIRST names first, and reorder the tests within each module as
+    GRS_TEST_ORDER says; unset, as written."""
+    items[:] = modules_first(items, module=lambda item: item.path.name, first=os.environ.get(FIRST, "").split())
     try:
         items[:] = arranged(items, module=lambda item: item.path, order=os.environ.get(VARIABLE, ""))
     except ValueError as err:

@@ -26,9 +26,10 @@ ADMIN_TOKEN = "grs-test-admin-token"
 
 
 def peer(name: str) -> Path:
-    """The path of a cached peer binary; a clear error if it has not been built."""
+    """The path of a cached peer binary, once a build of it under way has ended (`.ci/run` builds Helm
+    and kubeconform while the tests run); a clear error if it has not been built."""
     path = Path(
-        subprocess.run(["bash", str(BUILD), "--print", name], check=True, capture_output=True, text=True).stdout.strip()
+        subprocess.run(["bash", str(BUILD), "--wait", name], check=True, capture_output=True, text=True).stdout.strip()
     )
     if not os.access(path, os.X_OK):
         raise RuntimeError(f"{name} is not built: run `bash tests/peers/build.sh` (or .ci/run) first ({path})")
