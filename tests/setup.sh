@@ -29,6 +29,27 @@ fi
 # The rest runs at once, each part into a log of its own: the Go-built peers (mostly compiling), the
 # images (mostly downloading Debian packages and PyPI wheels) and the Python tooling. The images that
 # carry act_runner wait for its build only; the others, and the venv, need no peer.
+#
+# What no test needs in its first minutes is built last: Helm and kubeconform, act_runner 0.x, the
+# images of the upstream runners and the previous release. `tests/setup.sh --late` builds only those
+# (.ci/run does, in a lane of its own, while its test lanes run: a test that reaches one of them first
+# waits for that build, tests/peers/build.sh --wait); with GRS_SETUP_LATE=later the setup leaves them
+# out; by default it builds everything.
+LATE_PEERS=(helm kubeconform act_runner0)
+LATE_IMAGES=(upstream0 upstream1 rootless previous)
+if [ "${1:-}" = "--late" ]; then
+  step "the late parts: peers ${LATE_PEERS[*]}, images ${LATE_IMAGES[*]}"
+  bash tests/peers/build.sh "${LATE_PEERS[@]}"
+  bash tests/images/build.sh "${LATE_IMAGES[@]}"
+  step "late parts done"
+  exit 0
+fi
+early_peers=(etcd kube node coredns gitea) runner_images=(runner) other_images=(pause scaler redis docker)
+runner_peers=(act_runner)
+if [ "${GRS_SETUP_LATE:-}" != later ]; then
+  early_peers+=(helm kubeconform) runner_peers+=(act_runner0) runner_images+=(upstream0 upstream1 rootless)
+  other_images+=(previous)
+fi
 logs=$(mktemp -d "${TMPDIR:-/tmp}/grs-setup.XXXXXX")
 declare -A part_of=()
 part() {  # part NAME COMMAND...: run in the background, output in $logs/NAME.log
@@ -38,8 +59,8 @@ part() {  # part NAME COMMAND...: run in the background, output in $logs/NAME.lo
   part_of[$!]=$name
 }
 runner_peers_then_images() {
-  bash tests/peers/build.sh act_runner act_runner0
-  bash tests/images/build.sh runner upstream0 upstream1 rootless
+  bash tests/peers/build.sh "${runner_peers[@]}"
+  bash tests/images/build.sh "${runner_images[@]}"
 }
 # The venv with tox and the project, and tox's environments made ready (`--notest`): the test lanes of
 # .ci/run share the `tests` environment and must not install into it at once.
@@ -52,15 +73,9 @@ python_tooling() {
   .venv/bin/tox run -e lint,types,docs,tests --notest
 }
 step "at once: the Go-built peers, the images (both cached outside the repository), .venv and tox's environments (logs in $logs)"
-# The peers named in GRS_LATE_PEERS are left to the caller: .ci/run builds Helm and kubeconform while
-# its test lanes already run, and a test that needs one waits for that build (tests/peers/build.sh --wait).
-early=()
-for p in etcd kube node coredns gitea helm kubeconform; do
-  [[ " ${GRS_LATE_PEERS:-} " == *" $p "* ]] || early+=("$p")
-done
-part peers bash tests/peers/build.sh "${early[@]}"
+part peers bash tests/peers/build.sh "${early_peers[@]}"
 part runner-peers-and-images runner_peers_then_images
-part images bash tests/images/build.sh pause scaler previous redis docker
+part images bash tests/images/build.sh "${other_images[@]}"
 part python python_tooling
 failed=()
 while [ ${#part_of[@]} -gt 0 ]; do

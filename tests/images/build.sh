@@ -8,6 +8,8 @@
 #                                         tests/images/previous-release, from git: the upgrade test's);
 #                                         default: all of them
 #   tests/images/build.sh --print IMAGE   the path of the image's cached oci-archive tar (built or not)
+#   tests/images/build.sh --wait IMAGE    the same, once a build that holds the peers cache's lock
+#                                         (tests/peers/build.sh --lock: .ci/run's late lane) has ended
 #   tests/images/build.sh --ref IMAGE     the reference (name:tag) the Pod specs must use
 #
 #   GRS_IMAGES_CACHE           the cache folder (default ~/.cache/gitea-runner-scaler/images)
@@ -412,8 +414,18 @@ build_upstream1() { build_upstream "$1" "$2" upstream1; }
 # --- Main ----------------------------------------------------------------------------------------
 case ${1:-} in
   --print) [ $# -eq 2 ] || die "usage: $0 --print IMAGE"; tar_of "$2"; exit 0 ;;
+  --wait)  # the same, once a build that holds the peers cache's lock (.ci/run's late lane) has ended
+    [ $# -eq 2 ] || die "usage: $0 --wait IMAGE"
+    tar=$(tar_of "$2")
+    if [ ! -f "$tar" ]; then
+      lock=$(bash "$ROOT/tests/peers/build.sh" --lock)
+      touch "$lock"
+      flock --shared --timeout 3600 "$lock" true
+    fi
+    echo "$tar"
+    exit 0 ;;
   --ref) [ $# -eq 2 ] || die "usage: $0 --ref IMAGE"; ref_of "$2"; exit 0 ;;
-  -*) die "usage: $0 [--print IMAGE | --ref IMAGE | IMAGE...]" ;;
+  -*) die "usage: $0 [--print IMAGE | --wait IMAGE | --ref IMAGE | IMAGE...]" ;;
 esac
 
 images=("$@")

@@ -61,12 +61,13 @@ def check_disk(workdir: Path) -> None:
 
 
 def image(name: str) -> tuple[str, Path]:
-    """(reference, oci-archive) of a locally built image; a clear error if it is not built."""
+    """(reference, oci-archive) of a locally built image, once a build of it under way has ended (.ci/run
+    builds some while the tests run); a clear error if it is not built."""
 
     def ask(flag: str) -> str:
         return subprocess.run(["bash", str(IMAGES), flag, name], check=True, capture_output=True, text=True).stdout
 
-    ref, tar = ask("--ref").strip(), Path(ask("--print").strip())
+    ref, tar = ask("--ref").strip(), Path(ask("--wait").strip())
     if not tar.is_file():
         raise RuntimeError(f"image {name} is not built: run `bash tests/images/build.sh` (or .ci/run) first")
     return ref, tar

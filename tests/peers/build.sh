@@ -8,9 +8,9 @@
 #                                           default: all of them
 #   tests/peers/build.sh --print NAME  the path of one cached binary (built or not)
 #   tests/peers/build.sh --wait NAME   the same, once a build that holds the cache's lock has ended
-#   tests/peers/build.sh --lock        the path of that lock: .ci/run holds it for the peers it builds
-#                                      while the tests already run (helm, kubeconform), and every test
-#                                      asks for a binary with --wait, so it waits only if it needs one
+#   tests/peers/build.sh --lock        the path of that lock: .ci/run's late lane holds it while it builds
+#                                      what no test needs at first (tests/setup.sh --late), and every
+#                                      test asks for a binary with --wait, so it waits only if it needs one
 #
 # act_runner's module is refused by this workplace's module proxy: it is built from the source
 # archive in ../shared/peers/ beside the checkout when `go install` fails.
