@@ -26,7 +26,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The rest runs at once, each part into a log of its own: the Go-built peers (mostly compiling), the
+# The rest runs at once, each part into a log of its own: the Go-built peers (mostly compiling: etcd
+# and Kubernetes in one part, the others in another), the
 # images (mostly downloading Debian packages and PyPI wheels) and the Python tooling. The images that
 # carry act_runner wait for its build only; the others, and the venv, need no peer.
 #
@@ -44,10 +45,10 @@ if [ "${1:-}" = "--late" ]; then
   step "late parts done"
   exit 0
 fi
-early_peers=(etcd kube node coredns gitea) runner_images=(runner) other_images=(pause scaler redis docker)
+kube_peers=(etcd kube node) other_peers=(coredns gitea) runner_images=(runner) other_images=(pause scaler redis docker)
 runner_peers=(act_runner)
 if [ "${GRS_SETUP_LATE:-}" != later ]; then
-  early_peers+=(helm kubeconform) runner_peers+=(act_runner0) runner_images+=(upstream0 upstream1 rootless)
+  other_peers+=(helm kubeconform) runner_peers+=(act_runner0) runner_images+=(upstream0 upstream1 rootless)
   other_images+=(previous)
 fi
 logs=$(mktemp -d "${TMPDIR:-/tmp}/grs-setup.XXXXXX")
@@ -73,7 +74,9 @@ python_tooling() {
   .venv/bin/tox run -e lint,types,docs,tests --notest
 }
 step "at once: the Go-built peers, the images (both cached outside the repository), .venv and tox's environments (logs in $logs)"
-part peers bash tests/peers/build.sh "${early_peers[@]}"
+# Two parts compile peers side by side: one `go build` alone leaves a core idle while it links.
+part kube-peers bash tests/peers/build.sh "${kube_peers[@]}"
+part other-peers bash tests/peers/build.sh "${other_peers[@]}"
 part runner-peers-and-images runner_peers_then_images
 part images bash tests/images/build.sh "${other_images[@]}"
 part python python_tooling

@@ -102,16 +102,22 @@ kube_version_flags() {
   printf '%s\n' "$flags"
 }
 
-# build_kube_cmds CMD...: ./cmd/CMD of the kubernetes module, each cached as CMD-$KUBE_VERSION-r2.
+# build_kube_cmds CMD...: ./cmd/CMD of the kubernetes module, each cached as CMD-$KUBE_VERSION-r2, in
+# one `go build` (a command's link runs while the next one's packages compile).
 build_kube_cmds() {
-  local dir cmd
-  dir=$(kube_dir)
+  local dir cmd out=$BIN/kube-$KUBE_VERSION.tmp missing=()
   for cmd in "$@"; do
-    have "$cmd-$KUBE_VERSION-r2" && continue
-    say "building $cmd $KUBE_VERSION"
-    (cd "$dir" && go build -mod=mod -ldflags "$(kube_version_flags)" -o "$BIN/$cmd-$KUBE_VERSION.tmp" "./cmd/$cmd")
-    mv "$BIN/$cmd-$KUBE_VERSION.tmp" "$BIN/$cmd-$KUBE_VERSION-r2"
+    have "$cmd-$KUBE_VERSION-r2" || missing+=("./cmd/$cmd")
   done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  dir=$(kube_dir)
+  say "building ${missing[*]#./cmd/} $KUBE_VERSION"
+  rm -rf "$out" && mkdir -p "$out"
+  (cd "$dir" && go build -mod=mod -ldflags "$(kube_version_flags)" -o "$out/" "${missing[@]}")
+  for cmd in "${missing[@]#./cmd/}"; do
+    mv "$out/$cmd" "$BIN/$cmd-$KUBE_VERSION-r2"
+  done
+  rm -rf "$out"
 }
 
 build_gitea() {
@@ -228,8 +234,11 @@ peers=("$@")
 for p in "${peers[@]}"; do
   case $p in
     etcd) build_etcd ;;
-    kube) build_kube_cmds kube-apiserver kube-controller-manager ;;
-    node) build_kube_cmds kubelet kube-scheduler kube-proxy ;;
+    kube|node)  # both at once when both are asked for
+      cmds=()
+      [[ " ${peers[*]} " != *" kube "* ]] || cmds+=(kube-apiserver kube-controller-manager)
+      [[ " ${peers[*]} " != *" node "* ]] || cmds+=(kubelet kube-scheduler kube-proxy)
+      build_kube_cmds "${cmds[@]}" ;;
     coredns) build_coredns ;;
     act_runner) build_act_runner act_runner "$ACT_RUNNER_VERSION" "$ACT_RUNNER_SHA256" gitea.com/gitea/runner ;;
     act_runner0) build_act_runner act_runner0 "$ACT_RUNNER0_VERSION" "$ACT_RUNNER0_SHA256" gitea.com/gitea/act_runner ;;
