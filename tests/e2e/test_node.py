@@ -707,53 +707,6 @@ def test_services_route_and_their_names_resolve_inside_pods(stack: NodeStack) ->
     assert phase == "Succeeded" and "200 OK" in log and "Directory listing for /" in log, log
 
 
-def test_a_pod_made_before_its_credential_secret_waits_for_it_and_then_runs(stack: NodeStack) -> None:
-    """What a runner Job created while its runner registers relies on (`loop/passes/launch.py`): its Pod,
-    made before its credential Secret exists, is held by the kubelet (FailedMount) and runs, with the
-    Secret's file, once the Secret is there; it never runs without it."""
-    node, ns = stack.node, stack.namespace("early")
-    pod = {
-        "metadata": {"name": "runner"},
-        "spec": {
-            "restartPolicy": "Never",
-            "volumes": [{"name": "credential", "secret": {"secretName": "runner-credential"}}],
-            "containers": [
-                {
-                    "name": "runner",
-                    "image": stack.runner_image,
-                    "command": ["bash", "-c", "cat /credential/.runner"],
-                    "volumeMounts": [{"name": "credential", "mountPath": "/credential", "readOnly": True}],
-                }
-            ],
-        },
-    }
-    assert api_request(node, "POST", f"/api/v1/namespaces/{ns}/pods", pod)[0] == 201
-    events = f"/api/v1/namespaces/{ns}/events?fieldSelector=involvedObject.name=runner,reason=FailedMount"
-    held = wait_for(
-        lambda: api_request(node, "GET", events)[1]["items"], timeout=60, what="the kubelet held the Pod for its Secret"
-    )
-    assert "runner-credential" in held[0]["message"], held
-    status = api_request(node, "GET", f"/api/v1/namespaces/{ns}/pods/runner")[1]["status"]
-    assert status.get("phase") == "Pending", f"it ran without its Secret: {status}"
-    secret = {"metadata": {"name": "runner-credential"}, "stringData": {".runner": '{"id": 1, "name": "early"}'}}
-    assert api_request(node, "POST", f"/api/v1/namespaces/{ns}/secrets", secret)[0] == 201
-    made = time.monotonic()
-    phase = wait_for(
-        lambda: (
-            (p := api_request(node, "GET", f"/api/v1/namespaces/{ns}/pods/runner")[1]["status"].get("phase"))
-            in ("Succeeded", "Failed")
-            and p
-        ),
-        timeout=180,
-        what="the Pod ran once its Secret was there",
-    )
-    print(f"the Pod finished {time.monotonic() - made:.1f} s after its Secret was made")
-    assert (
-        phase == "Succeeded"
-        and api_text(node, f"/api/v1/namespaces/{ns}/pods/runner/log") == secret["stringData"][".runner"]
-    )
-
-
 def test_the_pickup_benchmark_times_every_job(stack: NodeStack) -> None:
     got = measure(stack, mode="cold", rounds=1, jobs=2)  # what `tox -e bench -- --only node` runs, small
     assert len(got.gitea) == 2 and len(got.api) == 2 and len(got.to_pick) == 2, got
