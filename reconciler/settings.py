@@ -41,9 +41,8 @@ class Settings(RedisSettings):
         gt=0,
         le=75,
         description=(
-            "Seconds Gitea may take to register one runner (its Register call: before the runner Job is created "
-            "for a group's first runner, beside it once the group's token registered one); then that runner's "
-            "create fails (a Job created beside it is deleted) and its job gets a runner on a later pass. Longer than "
+            "Seconds Gitea may take to register one runner (its Register call, before the runner Job is created); "
+            "then that runner's create fails and its job gets a runner on a later pass. Longer than "
             "GRS_GITEA_TIMEOUT: Register writes to Gitea's database, which a burst of runners keeps busy "
             "(12.8 s median measured with SQLite, 200 runners at once). At most 75, so that a runner still "
             "registering keeps its seat (a seat 90 s old whose Job does not exist is freed)."

@@ -8,10 +8,7 @@ minute (`TOKEN_TTL_S`; the API token too), dropped at once when Gitea refuses it
 fetched again and tried once more. A given token is checked to register in the group's own scope
 (`registration_scopes`). Registering one runner with Gitea (`gitea.register`) under the name and labels
 its Job gives it, and handing its `.runner` file to its Job as a Secret the Job owns
-(`manifests.credential_secret`). A group's token is `proven` while its last Register succeeded less
-than `TOKEN_TTL_S` ago: its next runners' Jobs are created while they register (`launch`), and the
-first after a failure or a quiet minute registers first.
-A token that cannot be read or fetched, one Gitea refuses, or one of
+(`manifests.credential_secret`). A token that cannot be read or fetched, one Gitea refuses, or one of
 another scope is a create refusal (`TransientError(refused=REFUSED)`): the group's `RunnersAdmitted`
 condition says so, its seat is free again, and the pass retries with backoff. So is a Register Gitea did
 not answer in time (`GRS_REGISTER_TIMEOUT`) or failed (unreachable, 5xx: `refused=UNREGISTERED`): that
@@ -43,7 +40,6 @@ UNREGISTERED = "registration_failed"  # the same, for a Register Gitea did not a
 WRITE_SCOPE = {"repo": "write:repository", "org": "write:organization", "user": "write:user", "global": "write:admin"}
 _Where = tuple[str, str, str]  # namespace, Secret name, key
 _Fetched = tuple[str, str, str, str]  # Gitea URL, scope, target, the API token's sha256
-_Proof = tuple[str, str, str, str, str, str]  # namespace, Gitea URL, scope, target, the token's Secret and key
 
 
 class Registrations:
@@ -56,28 +52,15 @@ class Registrations:
         self.checks = ScopeChecks(registrar, clock=clock)
         self._tokens: dict[_Where, tuple[str, float]] = {}  # -> (a Secret's value, when read)
         self._fetched_tokens: dict[_Fetched, tuple[str, float]] = {}  # -> (the scope's token, when fetched)
-        self._proven: dict[_Proof, float] = {}  # -> when a Register with the group's token last succeeded
-
-    def proven(self, namespace: str, spec: RunnerGroupSpec) -> bool:
-        """Whether the group's token registered a runner less than `TOKEN_TTL_S` ago, its last Register
-        having succeeded: its next runner's Job may be created while it registers."""
-        at = self._proven.get(_proof_key(namespace, spec))
-        return at is not None and self.clock() - at < TOKEN_TTL_S
 
     async def register(self, namespace: str, spec: RunnerGroupSpec, runner: str) -> str:
         """Register `runner` for a group of `namespace` with its Gitea: the runner's `.runner` file."""
         labels = effective_labels(spec.labels, spec.default_labels)
         names = [label_name(label) for label in labels]
-        proof = _proof_key(namespace, spec)
-        try:
-            if spec.registration_token is None:
-                done = await self._register_fetched(namespace, spec, runner, names)
-            else:
-                done = await self._register_given(namespace, spec, spec.registration_token, runner, names)
-        except BaseException:
-            self._proven.pop(proof, None)
-            raise
-        self._proven[proof] = self.clock()
+        if spec.registration_token is None:
+            done = await self._register_fetched(namespace, spec, runner, names)
+        else:
+            done = await self._register_given(namespace, spec, spec.registration_token, runner, names)
         return runner_file(id=done.id, uuid=done.uuid, name=done.name, token=done.token, address=spec.gitea.url,
                            labels=labels)  # fmt: skip
 
@@ -207,10 +190,3 @@ class Registrations:
 def _fetched_key(scope: PollScope) -> _Fetched:
     """Where a fetched registration token is kept: the scope, and its API token's hash (never the token)."""
     return scope.url, scope.kind, scope.target, hashlib.sha256(scope.token.encode()).hexdigest()
-
-
-def _proof_key(namespace: str, spec: RunnerGroupSpec) -> _Proof:
-    """Whose Registers prove a group's token: its namespace, Gitea, scope and the Secret key it reads
-    the token from (the authToken's, when Gitea gives the registration token)."""
-    ref = (spec.registration_token or spec.auth_token).secret_ref
-    return namespace, spec.gitea.url, spec.scope, spec.target, ref.name, ref.key

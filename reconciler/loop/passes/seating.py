@@ -10,11 +10,13 @@ register the runner (a slow Register renews the seat), send the create at once, 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from reconciler.decide.instances import instance_of
 from reconciler.decide.plan import Create
@@ -25,7 +27,6 @@ from reconciler.kube.manifests import build_job
 from reconciler.kube.objects import GroupObject, JobObject
 from reconciler.kube.placement import UNPINNED, Placement
 from reconciler.kube.runner_cache import SECRET_KEY
-from reconciler.loop.passes.launch import Launch
 from reconciler.loop.passes.registrations import Registrations
 from reconciler.loop.state import GroupState
 from reconciler.model.names import group_key, next_runner_name, runner_job, runner_name
@@ -73,7 +74,6 @@ class Seating:
         self.coordination = coordination
         self.named = named or {}  # the named Gitea instances (`instances`): each one's claims are its own
         self.registrations = registrations
-        self.launch = Launch(kube, registrations)
         self.egress = egress  # how its runners reach Gitea
         self.placement = placement  # where they run: the admin's nodeSelector and tolerations
         self.kube = kube
@@ -186,41 +186,29 @@ class Seating:
 
     async def create(self, group: GroupObject, spec: RunnerGroupSpec, c: Create, name: str, epoch: str) -> str:
         """Start one runner: "created", "exists" (409: it is there already) or why not ("claimed", "full",
-        "epoch", "late"). The claim of a runner that exists is the caller's to confirm (`confirm`). While
-        the group's token is `proven`, the Job is created while its runner registers (`Launch.beside`); else
-        the runner registers first, and a token Gitea refuses costs no Job."""
+        "epoch", "late"). The claim of a runner that exists is the caller's to confirm (`confirm`)."""
         started = time.monotonic()
         await self.share_cache_secret(group.namespace)
-        names = (name, runner_name(name, group=group_key(group.namespace, group.name)))
-        taken = await self._take(group, spec, c, names, epoch)
+        runner = runner_name(name, group=group_key(group.namespace, group.name))
+        taken = await self._take(group, spec, c, (name, runner), epoch)
         if taken != "granted":
             return taken  # nothing was taken
-        body = build_job(group.ref, spec, name=name, job_id=c.job_id, queued_ms=c.queued_ms, runner=names[1],
+        body = build_job(group.ref, spec, name=name, job_id=c.job_id, queued_ms=c.queued_ms, runner=runner,
                          egress=self.egress, placement=self.placement, about=c.about)  # fmt: skip
-        if self.registrations.proven(group.namespace, spec):
-            send = lambda: self.launch.beside(group.namespace, spec, names[1], body)  # noqa: E731
-        else:
-            file, started = await self._register(group, spec, c, names, started)
-            if file is None:
-                return "late"
-            send = lambda: self.launch.after(body, file)  # noqa: E731
-        if time.monotonic() - started > CREATE_DEADLINE_S:
-            await self._drop(group, spec, c, name)
+        file, started = await self._register(group, spec, c, (name, runner), started)
+        if file is None:
             return "late"
-        return await self._sent(group, spec, c, name, send)
-
-    async def _sent(
-        self, group: GroupObject, spec: RunnerGroupSpec, c: Create, name: str, send: Callable[[], Awaitable[bool]]
-    ) -> str:
-        """`send` the create (True: created, False: 409); when it fails, the seat is given back if nothing
-        was written, else only the claim (the create may have landed)."""
         try:
-            return "created" if await send() else "exists"
+            late = time.monotonic() - started > CREATE_DEADLINE_S
+            uid = None if late else await self.kube.create_job(body)
+            outcome = "late" if late else "created" if uid else "exists"
+            if uid:
+                await self._hand_over(body, uid, file)
         except PermanentError:
             await self._drop(group, spec, c, name)  # refused: no such Job exists
             raise
         except TransientError as exc:
-            if exc.refused:  # turned down before anything was written, or all of it deleted since
+            if exc.refused:  # turned down before anything was written: its seat is free again at once
                 await self._drop(group, spec, c, name)
             else:
                 await self._unclaim(spec, c, name)  # the seat stays: the create may have landed
@@ -228,6 +216,9 @@ class Seating:
         except BaseException:
             await self._unclaim(spec, c, name)  # the seat stays: the create may have landed
             raise
+        if outcome == "late":
+            await self._drop(group, spec, c, name)
+        return outcome
 
     async def _register(
         self, group: GroupObject, spec: RunnerGroupSpec, c: Create, names: tuple[str, str], started: float
@@ -277,6 +268,17 @@ class Seating:
             return
         await self.kube.ensure_secret_key(namespace, cache.secret_name, SECRET_KEY, lambda: cache.secret, replace=True)
         self._shared[namespace] = time.monotonic()
+
+    async def _hand_over(self, body: dict[str, Any], uid: str, file: str) -> None:
+        """Give the new runner Job its credential; if that fails, the Job goes (its Pod would wait for the
+        Secret until its pending timeout)."""
+        try:
+            await self.registrations.hand_over(body, uid, file)
+        except BaseException:
+            meta = body["metadata"]
+            with contextlib.suppress(Exception):
+                await self.kube.delete_job(meta["namespace"], meta["name"])
+            raise
 
     async def confirm(self, spec: RunnerGroupSpec, outcomes: Iterable[tuple[Create, str, object]]) -> None:
         """Make the claims of runners that exist now (create outcomes "created" or "exists") last the
