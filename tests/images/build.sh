@@ -417,11 +417,7 @@ case ${1:-} in
   --wait)  # the same, once a build that holds the peers cache's lock (.ci/run's late lane) has ended
     [ $# -eq 2 ] || die "usage: $0 --wait IMAGE"
     tar=$(tar_of "$2")
-    if [ ! -f "$tar" ]; then
-      lock=$(bash "$ROOT/tests/peers/build.sh" --lock)
-      touch "$lock"
-      flock --shared --timeout 3600 "$lock" true
-    fi
+    [ -f "$tar" ] || bash "$ROOT/tests/peers/build.sh" --await
     echo "$tar"
     exit 0 ;;
   --ref) [ $# -eq 2 ] || die "usage: $0 --ref IMAGE"; ref_of "$2"; exit 0 ;;

@@ -8,6 +8,7 @@
 #                                           default: all of them
 #   tests/peers/build.sh --print NAME  the path of one cached binary (built or not)
 #   tests/peers/build.sh --wait NAME   the same, once a build that holds the cache's lock has ended
+#   tests/peers/build.sh --await       only the waiting (tests/images/build.sh --wait uses it)
 #   tests/peers/build.sh --lock        the path of that lock: .ci/run's late lane holds it while it builds
 #                                      what no test needs at first (tests/setup.sh --late), and every
 #                                      test asks for a binary with --wait, so it waits only if it needs one
@@ -202,16 +203,16 @@ build_act_runner() {
 }
 
 LOCK=$CACHE/late-peers.lock
-if [ "${1:-}" = "--lock" ]; then
-  echo "$LOCK"
-  exit 0
-fi
-if [ "${1:-}" = "--wait" ]; then
-  # A shared lock is granted once no build holds the lock exclusively (none does on a warm cache).
-  path=$(bash "$0" --print "${2:-}")
-  [ -x "$path" ] || { touch "$LOCK"; flock --shared --timeout 3600 "$LOCK" true; }
-  set -- --print "${2:-}"
-fi
+# Returns once no build holds the lock exclusively (none does on a warm cache): a shared lock is granted.
+await_late() { touch "$LOCK"; flock --shared --timeout 3600 "$LOCK" true; }
+case ${1:-} in
+  --lock) echo "$LOCK"; exit 0 ;;
+  --await) await_late; exit 0 ;;  # for tests/images/build.sh --wait
+  --wait)
+    path=$(bash "$0" --print "${2:-}")
+    [ -x "$path" ] || await_late
+    set -- --print "${2:-}" ;;
+esac
 if [ "${1:-}" = "--print" ]; then
   # tests/peers/build.sh --print NAME: the cached binary's path for the configured version.
   case ${2:-} in
